@@ -1,0 +1,109 @@
+// specdec/kv_cache.hpp — fixed-capacity per-layer key/value storage with O(1) rollback.
+// Entry point: specdec::KvCache. A Model implements truncate(n) with KvCache::truncate(n).
+// Read next: model.hpp.
+#pragma once
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+#include "specdec/error.hpp"
+
+namespace specdec {
+
+/// Key and value rows for each layer of a transformer, one row per position, in fixed-capacity
+/// row-major matrices allocated once. Rollback (truncate) only moves lengths: O(layers), no copy.
+class KvCache {
+ public:
+  using Rows = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;  // [capacity, width]
+  using RowsView = Eigen::Block<const Rows>;
+  using MutableRowsView = Eigen::Block<Rows>;
+
+  KvCache() = default;
+
+  /// requires: layers > 0, capacity > 0, width > 0.
+  KvCache(std::size_t layers, std::size_t capacity, std::size_t width)
+      : capacity_(capacity), width_(width), lengths_(layers, 0) {
+    if (layers == 0 || capacity == 0 || width == 0)
+      detail::fail("kv cache needs layers, capacity and width > 0, got ", layers, ", ", capacity, ", ", width);
+    keys_.assign(layers, Rows::Zero(static_cast<Eigen::Index>(capacity), static_cast<Eigen::Index>(width)));
+    values_ = keys_;
+  }
+
+  std::size_t layers() const { return lengths_.size(); }
+  std::size_t capacity() const { return capacity_; }
+  std::size_t width() const { return width_; }
+
+  /// Positions held by every layer (the smallest layer length).
+  std::size_t size() const {
+    return lengths_.empty() ? 0 : *std::min_element(lengths_.begin(), lengths_.end());
+  }
+  /// Positions held by one layer.
+  std::size_t size(std::size_t layer) const { return lengths_.at(layer); }
+
+  /// Appends rows to one layer. requires: keys and values are [rows, width()].
+  /// Throws specdec::Error when the layer would exceed capacity().
+  void append(std::size_t layer, const Eigen::Ref<const Rows>& keys, const Eigen::Ref<const Rows>& values) {
+    check_layer(layer);
+    if (keys.rows() != values.rows() || keys.cols() != static_cast<Eigen::Index>(width_) ||
+        values.cols() != static_cast<Eigen::Index>(width_))
+      detail::fail("kv cache append expects keys and values of [rows, ", width_, "], got [", keys.rows(), ", ",
+                   keys.cols(), "] and [", values.rows(), ", ", values.cols(), "]");
+    const auto start = reserve(layer, static_cast<std::size_t>(keys.rows()));
+    keys_[layer].middleRows(start, keys.rows()) = keys;
+    values_[layer].middleRows(start, values.rows()) = values;
+  }
+
+  /// Grows one layer by `rows` positions and returns the row index where they start, so a model can write
+  /// keys and values in place (see key_rows/value_rows). Throws specdec::Error on overflow.
+  Eigen::Index reserve(std::size_t layer, std::size_t rows) {
+    check_layer(layer);
+    if (rows > capacity_ - lengths_[layer])
+      detail::fail("kv cache overflow: layer ", layer, " holds ", lengths_[layer], " of ", capacity_,
+                   " positions, cannot append ", rows, " more");
+    const auto start = static_cast<Eigen::Index>(lengths_[layer]);
+    lengths_[layer] += rows;
+    return start;
+  }
+
+  /// The first n key rows of a layer: [n, width()]. requires: n <= size(layer).
+  RowsView keys(std::size_t layer, std::size_t n) const { return view(keys_, layer, n); }
+  /// The first n value rows of a layer: [n, width()]. requires: n <= size(layer).
+  RowsView values(std::size_t layer, std::size_t n) const { return view(values_, layer, n); }
+
+  /// Writable rows [start, start + n) of a layer, for in-place writes after reserve().
+  MutableRowsView key_rows(std::size_t layer, Eigen::Index start, Eigen::Index n) {
+    check_layer(layer);
+    return keys_[layer].middleRows(start, n);
+  }
+  MutableRowsView value_rows(std::size_t layer, Eigen::Index start, Eigen::Index n) {
+    check_layer(layer);
+    return values_[layer].middleRows(start, n);
+  }
+
+  /// Keeps the first n positions of every layer and drops the rest, in O(layers). n >= size() is a no-op.
+  void truncate(std::size_t n) {
+    for (auto& length : lengths_) length = std::min(length, n);
+  }
+  void clear() { truncate(0); }
+
+ private:
+  void check_layer(std::size_t layer) const {
+    if (layer >= lengths_.size()) detail::fail("kv cache has ", lengths_.size(), " layers, got layer ", layer);
+  }
+  RowsView view(const std::vector<Rows>& rows, std::size_t layer, std::size_t n) const {
+    check_layer(layer);
+    if (n > lengths_[layer])
+      detail::fail("kv cache layer ", layer, " holds ", lengths_[layer], " positions, asked for ", n);
+    return rows[layer].topRows(static_cast<Eigen::Index>(n));
+  }
+
+  std::size_t capacity_ = 0;
+  std::size_t width_ = 0;
+  std::vector<Rows> keys_;            // per layer: [capacity, width]
+  std::vector<Rows> values_;          // per layer: [capacity, width]
+  std::vector<std::size_t> lengths_;  // per layer: positions held
+};
+
+}  // namespace specdec

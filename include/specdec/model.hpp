@@ -1,0 +1,27 @@
+// specdec/model.hpp — the Model concept: what the decoder needs from a draft or target network.
+// Entry point: specdec::Model. Read next: decoder.hpp (who calls it), kv_cache.hpp (how to implement truncate).
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <span>
+
+#include "specdec/tensor.hpp"
+
+namespace specdec {
+
+/// A causal language model that keeps its own context (its KV cache).
+template <class M>
+concept Model = requires(M& m, const M& cm, std::span<const Token> t, std::size_t n) {
+  // The decoder checks that draft and target share one vocabulary and validates token ids against it.
+  { cm.vocab_size() } -> std::convertible_to<std::size_t>;
+  // Tokens the model holds; the decoder reuses the common prefix of a new prompt and rolls back rejected drafts.
+  { cm.context_size() } -> std::convertible_to<std::size_t>;
+  // Appends `t` to the context and returns logits for each appended position: [t.size(), vocab_size()].
+  // The target scores all draft proposals of a round in one such call.
+  { m.forward(t) } -> std::convertible_to<const Logits&>;
+  // Keeps the first n tokens and drops the rest: the rollback after rejected drafts.
+  m.truncate(n);
+};
+
+}  // namespace specdec

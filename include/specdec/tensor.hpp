@@ -1,0 +1,17 @@
+// specdec/tensor.hpp — the token and logits types every other header speaks.
+// Entry point: specdec::Token, specdec::Logits. Read next: model.hpp.
+#pragma once
+
+#include <Eigen/Core>
+#include <cstdint>
+
+namespace specdec {
+
+/// A token id. Valid ids are 0 .. vocab_size() - 1.
+using Token = std::int32_t;
+
+/// Logits of a forward call: one row per appended position, one column per vocabulary entry.
+/// Row-major so that each position's row is contiguous.
+using Logits = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;  // [positions, vocab]
+
+}  // namespace specdec
