@@ -17,8 +17,8 @@ namespace specdec {
 class KvCache {
  public:
   using Rows = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;  // [capacity, width]
-  using RowsView = Eigen::Block<const Rows>;
-  using MutableRowsView = Eigen::Block<Rows>;
+  using RowsView = Eigen::Block<const Rows, Eigen::Dynamic, Eigen::Dynamic, true>;  // leading rows
+  using MutableRowsView = Eigen::Block<Rows, Eigen::Dynamic, Eigen::Dynamic, true>;
 
   KvCache() = default;
 

@@ -1,0 +1,150 @@
+// specdec/acceptance.hpp — acceptance policies: how a draft proposes and how the target accepts.
+// Entry points: Greedy, RejectionSampling, CoupledSampling, and the AcceptancePolicy concept.
+// A policy is a small value type; its Session holds per-generation scratch and works on logits rows and
+// tokens only — it never sees a model — so it is testable with hand-made rows.
+// Read next: decoder.hpp (who drives a Session).
+#pragma once
+
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include "specdec/random.hpp"
+#include "specdec/sampling.hpp"
+
+namespace specdec {
+
+/// The outcome of verifying one drafted token: accepted (token == drafted) or replaced by `token`.
+struct Verdict {
+  bool accepted;
+  Token token;
+};
+
+/// What the decoder needs from an acceptance policy. `position` is the absolute position of the token being
+/// chosen (prompt length + index among the new tokens); `slot` is its index within the round's drafts.
+template <class P>
+concept AcceptancePolicy = requires(const P& policy, typename P::Session& session, std::span<const float> row,
+                                    std::size_t slot, Token token, std::uint64_t position) {
+  policy.validate();                                        // throws specdec::Error on bad parameters
+  typename P::Session;
+  { typename P::Session(policy, std::size_t{}, std::uint64_t{}) };  // (policy, vocab size, seed)
+  { session.propose(row, slot, position) } -> std::same_as<Token>;  // the draft's token from its row
+  { session.verify(row, slot, token, position) } -> std::same_as<Verdict>;  // the target's verdict on it
+  { session.sample(row, position) } -> std::same_as<Token>;  // the target's own token (plain and bonus)
+};
+
+/// Greedy decoding: the draft proposes its argmax; the target accepts while its argmax agrees.
+struct Greedy {
+  void validate() const {}
+
+  class Session {
+   public:
+    Session(const Greedy&, std::size_t, std::uint64_t) {}
+    Token propose(std::span<const float> row, std::size_t, std::uint64_t) { return argmax(row); }
+    Verdict verify(std::span<const float> row, std::size_t, Token drafted, std::uint64_t) {
+      const Token chosen = argmax(row);
+      return {chosen == drafted, chosen};
+    }
+    Token sample(std::span<const float> row, std::uint64_t) { return argmax(row); }
+  };
+};
+
+/// Speculative sampling (Leviathan et al. 2023; Chen et al. 2023). With p the target's and q the draft's
+/// transformed distribution at a position:
+///   the draft samples x ~ q;  accept x with probability min(1, p(x) / q(x));
+///   on rejection sample from normalise(max(0, p - q));  after k acceptances sample the extra token from p.
+/// The output has exactly the distribution of sampling from p token by token.
+struct RejectionSampling {
+  SamplingParams params{};
+
+  void validate() const { specdec::validate(params); }
+
+  class Session {
+   public:
+    Session(const RejectionSampling& policy, std::size_t, std::uint64_t seed) : params_(policy.params), rng_(seed) {}
+
+    Token propose(std::span<const float> row, std::size_t slot, std::uint64_t position) {
+      if (slot >= q_.size()) q_.resize(slot + 1);
+      transform_logits(row, params_, q_[slot]);
+      return sample_index(q_[slot], rng_.uniform(position, RandomStream::draft));
+    }
+
+    Verdict verify(std::span<const float> row, std::size_t slot, Token drafted, std::uint64_t position) {
+      transform_logits(row, params_, p_);
+      const auto& q = q_.at(slot);
+      const auto x = static_cast<std::size_t>(drafted);
+      // Accept with probability min(1, p(x)/q(x)), written without the division; q(x) > 0 since x ~ q.
+      if (rng_.uniform(position, RandomStream::accept) * q[x] < p_[x]) return {true, drafted};
+      double mass = 0.0;
+      for (std::size_t i = 0; i < p_.size(); ++i) mass += (p_[i] = std::max(0.0, p_[i] - q[i]));
+      if (!(mass > 0.0)) transform_logits(row, params_, p_);  // p == q up to rounding: the residual is p itself
+      return {false, sample_index(p_, rng_.uniform(position, RandomStream::target))};
+    }
+
+    Token sample(std::span<const float> row, std::uint64_t position) {
+      transform_logits(row, params_, p_);
+      return sample_index(p_, rng_.uniform(position, RandomStream::target));
+    }
+
+   private:
+    SamplingParams params_;
+    CounterRng rng_;
+    std::vector<std::vector<double>> q_;  // per draft slot: [vocab]
+    std::vector<double> p_;               // [vocab]
+  };
+};
+
+/// Drafter-invariant sampling by the Gumbel-max trick. The token at absolute position t is
+///   argmax_i (log p_t(i) + g_t(i)),   g_t(i) = -log(-log u(seed, t, i)),  u from a counter-based generator,
+/// which is an exact sample from p_t. The draft proposes argmax_i (log q_t(i) + g_t(i)) with the same noise and
+/// the target accepts while its own choice agrees, so the output depends on the seed alone, not on the draft
+/// or the draft length. Implemented in the equivalent exponential-race form argmin_i E_t(i) / p_t(i),
+/// E = -log u ~ Exp(1), over the tokens the transform keeps.
+struct CoupledSampling {
+  SamplingParams params{};
+
+  void validate() const { specdec::validate(params); }
+
+  class Session {
+   public:
+    Session(const CoupledSampling& policy, std::size_t, std::uint64_t seed) : params_(policy.params), rng_(seed) {}
+
+    Token propose(std::span<const float> row, std::size_t, std::uint64_t position) { return choose(row, position); }
+    Verdict verify(std::span<const float> row, std::size_t, Token drafted, std::uint64_t position) {
+      const Token chosen = choose(row, position);
+      return {chosen == drafted, chosen};
+    }
+    Token sample(std::span<const float> row, std::uint64_t position) { return choose(row, position); }
+
+   private:
+    Token choose(std::span<const float> row, std::uint64_t position) {
+      if (params_.temperature == 0.0f) return argmax(row);
+      transform_logits(row, params_, probs_);
+      Token best = 0;
+      double best_score = std::numeric_limits<double>::infinity();
+      std::array<std::uint32_t, 4> words{};
+      for (std::size_t i = 0; i < probs_.size(); ++i) {
+        if (i % 2 == 0) words = rng_.block(position, RandomStream::gumbel, static_cast<std::uint32_t>(i / 2));
+        if (probs_[i] <= 0.0) continue;
+        const std::size_t w = (i % 2) * 2;
+        const double exponential = -std::log(CounterRng::to_unit(words[w], words[w + 1]));
+        const double score = exponential / probs_[i];  // argmin E/p == argmax log p + Gumbel
+        if (score < best_score) best_score = score, best = static_cast<Token>(i);
+      }
+      return best;
+    }
+
+    SamplingParams params_;
+    CounterRng rng_;
+    std::vector<double> probs_;  // [vocab]
+  };
+};
+
+static_assert(AcceptancePolicy<Greedy>);
+static_assert(AcceptancePolicy<RejectionSampling>);
+static_assert(AcceptancePolicy<CoupledSampling>);
+
+}  // namespace specdec

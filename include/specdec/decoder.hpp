@@ -1,0 +1,197 @@
+// specdec/decoder.hpp — the speculative decoder and its baseline, plain autoregressive decoding.
+// Entry points: SpeculativeDecoder<Draft, Target, Acceptance, DraftLength>::generate(), generate_autoregressive().
+// Each round: the draft proposes up to k tokens one at a time; the target scores the last final token and all
+// proposals in ONE forward call; the acceptance policy keeps a prefix of the proposals and supplies the next
+// token itself; rejected proposals are rolled back from both models' caches (the decoder owns rollback).
+// Read next: acceptance.hpp (how tokens are chosen), draft_length.hpp (how k is chosen).
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "specdec/acceptance.hpp"
+#include "specdec/detail/decode_support.hpp"
+#include "specdec/draft_length.hpp"
+#include "specdec/model.hpp"
+#include "specdec/sampling.hpp"
+#include "specdec/stats.hpp"
+
+namespace specdec {
+
+/// Speculative decoding with a draft model and a target model that share one vocabulary.
+/// Greedy output equals generate_autoregressive(target, Greedy{}, ...) token for token, for every draft and k;
+/// RejectionSampling output has the same distribution as plain sampling; CoupledSampling output is the same
+/// tokens as plain CoupledSampling for the same seed.
+///
+///   specdec::SpeculativeDecoder decoder(draft, target);             // greedy, fixed k
+///   auto result = decoder.generate(prompt, {.max_new_tokens = 64});
+///
+/// requires: draft and target are distinct objects; both stay alive while the decoder is used.
+template <Model Draft, Model Target, class Acceptance = Greedy, class DraftLength = FixedDraftLength>
+  requires AcceptancePolicy<Acceptance> && DraftLengthPolicy<DraftLength>
+class SpeculativeDecoder {
+ public:
+  /// Throws specdec::Error when the vocabularies differ or draft and target are the same object.
+  SpeculativeDecoder(Draft& draft, Target& target, Acceptance acceptance = {}, DraftLength draft_length = {})
+      : draft_(draft, "draft"), target_(target, "target"), acceptance_(acceptance), length_(std::move(draft_length)) {
+    if (static_cast<const void*>(&draft) == static_cast<const void*>(&target))
+      detail::fail("draft and target are the same model object; speculative decoding needs two");
+    if (draft_.vocab_size() != target_.vocab_size())
+      detail::fail("draft vocabulary has ", draft_.vocab_size(), " tokens, target has ", target_.vocab_size());
+    acceptance_.validate();
+  }
+
+  /// Generates up to options.max_new_tokens tokens after `prompt`. The result equals what fresh, empty models
+  /// would give; a prompt prefix the models already hold from an earlier call is reused, not recomputed.
+  /// requires: non-empty prompt of in-vocabulary tokens. returns: the new tokens, statistics, stop reason.
+  Generation generate(std::span<const Token> prompt, const GenerateOptions& options) {
+    const auto start = detail::Clock::now();
+    const std::size_t vocab = target_.vocab_size();
+    detail::check_request(prompt, options, vocab);
+    Generation out;
+    auto& stats = out.stats;
+    stats.prompt_tokens = prompt.size();
+    std::vector<Token> sequence(prompt.begin(), prompt.end());
+    prefill(sequence, stats);
+    if (options.max_new_tokens == 0) return finish(out, start);
+
+    typename Acceptance::Session session(acceptance_, vocab, options.seed);
+    detail::Emitter emitter(options, out, sequence);
+    std::vector<Token> drafts, feed;
+    for (bool done = false; !done;) {
+      const std::size_t k = std::min<std::size_t>(length_.next(options), emitter.remaining() - 1);
+      stats.draft_lengths.push_back(k);
+      RoundReport report{.requested = k};
+      draft(sequence, k, options, session, drafts, report, stats);
+
+      // Verify: one target call over the last final token and every proposal.
+      const std::size_t n = sequence.size();
+      const std::size_t held = target_.sync(sequence, n - 1);
+      feed.assign(sequence.begin() + static_cast<std::ptrdiff_t>(held), sequence.end());
+      feed.insert(feed.end(), drafts.begin(), drafts.end());
+      const double before = stats.target_seconds;
+      const Logits& logits = target_.forward(feed, stats.target_seconds, stats.target_forward_calls);
+      report.verify_width = feed.size();
+      report.verify_seconds = stats.target_seconds - before;
+      const auto first_row = static_cast<Eigen::Index>(n - 1 - held);
+      const auto row = [&](std::size_t i) {
+        return std::span<const float>(logits.row(first_row + static_cast<Eigen::Index>(i)).data(), vocab);
+      };
+
+      ++stats.rounds;
+      stats.drafted_tokens += drafts.size();
+      if (stats.drafted_at.size() < drafts.size()) {
+        stats.drafted_at.resize(drafts.size(), 0);
+        stats.accepted_at.resize(drafts.size(), 0);
+      }
+      std::size_t accepted = 0;
+      Token next = -1;
+      for (; accepted < drafts.size(); ++accepted) {
+        ++stats.drafted_at[accepted];
+        const Verdict verdict = session.verify(row(accepted), accepted, drafts[accepted], n + accepted);
+        if (!verdict.accepted) {
+          next = verdict.token;
+          break;
+        }
+        ++stats.accepted_at[accepted];
+      }
+      if (accepted == drafts.size()) next = session.sample(row(accepted), n + accepted);
+      stats.accepted_tokens += accepted;
+      report.accepted = accepted;
+      length_.observe(report);
+
+      for (std::size_t i = 0; i < accepted && !done; ++i) done = emitter.emit(drafts[i]);
+      if (!done) done = emitter.emit(next);
+    }
+    return finish(out, start);
+  }
+
+  /// The draft-length policy, with whatever it has learned.
+  const DraftLength& draft_length_policy() const { return length_; }
+  const Acceptance& acceptance() const { return acceptance_; }
+
+ private:
+  /// Brings both models to hold the prompt minus its last token (reusing what they already hold).
+  void prefill(std::span<const Token> sequence, DecodeStats& stats) {
+    const std::size_t n = sequence.size();
+    const double before = stats.target_seconds + stats.draft_seconds;
+    const std::size_t held = target_.sync(sequence, n - 1);
+    stats.reused_prompt_tokens = held;
+    if (held < n - 1)
+      target_.append(sequence.subspan(held, n - 1 - held), stats.target_seconds, stats.target_forward_calls);
+    const std::size_t draft_held = draft_.sync(sequence, n - 1);
+    if (draft_held < n - 1)
+      draft_.append(sequence.subspan(draft_held, n - 1 - draft_held), stats.draft_seconds, stats.draft_forward_calls);
+    stats.prefill_seconds = stats.target_seconds + stats.draft_seconds - before;
+  }
+
+  /// Lets the draft propose up to k tokens after `sequence`, one forward call each. Drafting ends early when
+  /// the draft's row is flat (no preference) or its top probability is below options.draft_p_min.
+  void draft(std::span<const Token> sequence, std::size_t k, const GenerateOptions& options,
+             typename Acceptance::Session& session, std::vector<Token>& drafts, RoundReport& report, DecodeStats& stats) {
+    drafts.clear();
+    if (k == 0) return;
+    const std::size_t n = sequence.size();
+    const std::size_t held = draft_.sync(sequence, n - 1);
+    std::vector<Token> feed(sequence.begin() + static_cast<std::ptrdiff_t>(held), sequence.end());
+    const double before = stats.draft_seconds;
+    for (std::size_t i = 0; i < k; ++i) {
+      const Logits& logits = draft_.forward(feed, stats.draft_seconds, stats.draft_forward_calls);
+      ++report.draft_steps;
+      const auto last = logits.rows() - 1;
+      const std::span<const float> row(logits.row(last).data(), static_cast<std::size_t>(logits.cols()));
+      if (logits.row(last).maxCoeff() == logits.row(last).minCoeff()) break;
+      if (options.draft_p_min > 0.0f && top_probability(row) < options.draft_p_min) break;
+      drafts.push_back(session.propose(row, i, n + i));
+      feed.assign(1, drafts.back());
+    }
+    report.drafted = drafts.size();
+    report.draft_seconds = stats.draft_seconds - before;
+  }
+
+  static Generation& finish(Generation& out, detail::Clock::time_point start) {
+    out.stats.total_seconds = detail::seconds_since(start);
+    return out;
+  }
+
+  detail::TrackedModel<Draft> draft_;
+  detail::TrackedModel<Target> target_;
+  Acceptance acceptance_;
+  DraftLength length_;
+};
+
+/// The baseline: plain decoding with the target alone, one forward call per token, with the same policy
+/// semantics (Greedy: argmax; RejectionSampling: a sample from the transformed distribution; CoupledSampling:
+/// the Gumbel-max choice). The target is reset first, so the result is what a fresh model gives.
+template <Model Target, class Acceptance>
+  requires AcceptancePolicy<Acceptance>
+Generation generate_autoregressive(Target& target, Acceptance acceptance, std::span<const Token> prompt,
+                                   const GenerateOptions& options) {
+  const auto start = detail::Clock::now();
+  acceptance.validate();
+  detail::TrackedModel<Target> model(target, "target");
+  const std::size_t vocab = model.vocab_size();
+  detail::check_request(prompt, options, vocab);
+  Generation out;
+  auto& stats = out.stats;
+  stats.prompt_tokens = prompt.size();
+  std::vector<Token> sequence(prompt.begin(), prompt.end());
+  model.sync({}, 0);
+  if (prompt.size() > 1) model.append(prompt.first(prompt.size() - 1), stats.target_seconds, stats.target_forward_calls);
+  stats.prefill_seconds = stats.target_seconds;
+  if (options.max_new_tokens > 0) {
+    typename Acceptance::Session session(acceptance, vocab, options.seed);
+    detail::Emitter emitter(options, out, sequence);
+    for (bool done = false; !done;) {
+      const Token last = sequence.back();
+      const Logits& logits = model.forward(std::span<const Token>(&last, 1), stats.target_seconds, stats.target_forward_calls);
+      ++stats.rounds;
+      stats.draft_lengths.push_back(0);
+      done = emitter.emit(session.sample(std::span<const float>(logits.row(0).data(), vocab), sequence.size()));
+    }
+  }
+  stats.total_seconds = detail::seconds_since(start);
+  return out;
+}
+
+}  // namespace specdec

@@ -1,0 +1,126 @@
+// specdec/detail/decode_support.hpp — pieces the decoder loops share: argument checks, checked and timed
+// model calls, context tracking for rollback and prefix reuse, and token emission with stop rules.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <span>
+#include <vector>
+
+#include "specdec/error.hpp"
+#include "specdec/model.hpp"
+#include "specdec/stats.hpp"
+
+namespace specdec::detail {
+
+using Clock = std::chrono::steady_clock;
+
+inline double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+/// Checks what generate() is given: a non-empty prompt and stop tokens inside the vocabulary.
+inline void check_request(std::span<const Token> prompt, const GenerateOptions& options, std::size_t vocab) {
+  if (prompt.empty()) fail("prompt is empty: generation needs at least one token");
+  for (std::size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] < 0 || static_cast<std::size_t>(prompt[i]) >= vocab)
+      fail("prompt token ", i, " is ", prompt[i], ", outside the vocabulary of ", vocab, " tokens");
+  for (Token t : options.stop_tokens)
+    if (t < 0 || static_cast<std::size_t>(t) >= vocab)
+      fail("stop token ", t, " is outside the vocabulary of ", vocab, " tokens");
+  if (!(options.draft_p_min >= 0.0f && options.draft_p_min <= 1.0f))
+    fail("draft_p_min must be in [0, 1], got ", options.draft_p_min);
+}
+
+/// A model together with the tokens the decoder has fed it, so that rollback and prefix reuse are exact.
+template <Model M>
+class TrackedModel {
+ public:
+  TrackedModel(M& model, const char* role) : model_(model), role_(role) {}
+
+  M& model() { return model_; }
+  std::size_t vocab_size() const { return static_cast<std::size_t>(model_.vocab_size()); }
+
+  /// Rolls the model back to the longest prefix of `sequence` it holds, keeping at most `limit` tokens.
+  /// Returns how many tokens it kept. If someone else changed the model's context, it starts over.
+  std::size_t sync(std::span<const Token> sequence, std::size_t limit) {
+    if (static_cast<std::size_t>(model_.context_size()) != fed_.size()) fed_.clear();
+    const auto mismatch = std::mismatch(fed_.begin(), fed_.end(), sequence.begin(), sequence.end());
+    const auto common = std::min<std::size_t>(static_cast<std::size_t>(mismatch.first - fed_.begin()), limit);
+    fed_.resize(common);
+    model_.truncate(common);
+    return common;
+  }
+
+  /// Feeds tokens whose logits are not needed (the prompt): through the model's optional append(), which
+  /// skips the output head, or else through forward().
+  void append(std::span<const Token> tokens, double& seconds, std::size_t& calls) {
+    if constexpr (requires { model_.append(tokens); }) {
+      const auto start = Clock::now();
+      model_.append(tokens);
+      seconds += seconds_since(start);
+      ++calls;
+      fed_.insert(fed_.end(), tokens.begin(), tokens.end());
+    } else {
+      forward(tokens, seconds, calls);
+    }
+  }
+
+  /// One checked, timed forward call: logits must be [tokens.size(), vocab] and finite.
+  const Logits& forward(std::span<const Token> tokens, double& seconds, std::size_t& calls) {
+    const auto start = Clock::now();
+    const Logits& logits = model_.forward(tokens);
+    seconds += seconds_since(start);
+    ++calls;
+    fed_.insert(fed_.end(), tokens.begin(), tokens.end());
+    const auto rows = static_cast<std::size_t>(logits.rows()), cols = static_cast<std::size_t>(logits.cols());
+    if (rows != tokens.size() || cols != vocab_size())
+      fail(role_, " returned logits of shape [", rows, ", ", cols, "], expected [", tokens.size(), ", ", vocab_size(), "]");
+    if (!logits.allFinite()) {
+      for (Eigen::Index r = 0; r < logits.rows(); ++r)
+        for (Eigen::Index c = 0; c < logits.cols(); ++c)
+          if (!std::isfinite(logits(r, c)))
+            fail(role_, " returned a non-finite logit (", logits(r, c), ") at row ", r, ", column ", c);
+    }
+    return logits;
+  }
+
+ private:
+  M& model_;
+  const char* role_;
+  std::vector<Token> fed_;  // the tokens the model holds, as far as the decoder knows
+};
+
+/// Appends final tokens to the output, fires on_token and applies the stop rules.
+class Emitter {
+ public:
+  Emitter(const GenerateOptions& options, Generation& out, std::vector<Token>& sequence)
+      : options_(options), out_(out), sequence_(sequence) {}
+
+  /// Emits one token; returns true when generation must end (out.stop_reason says why).
+  bool emit(Token token) {
+    sequence_.push_back(token);
+    out_.tokens.push_back(token);
+    ++out_.stats.generated_tokens;
+    const bool keep_going = !options_.on_token || options_.on_token(token);
+    if (std::find(options_.stop_tokens.begin(), options_.stop_tokens.end(), token) != options_.stop_tokens.end())
+      return finish(StopReason::stop_token);
+    if (!keep_going) return finish(StopReason::callback);
+    if (out_.tokens.size() >= options_.max_new_tokens) return finish(StopReason::max_tokens);
+    return false;
+  }
+
+  std::size_t remaining() const { return options_.max_new_tokens - out_.tokens.size(); }
+
+ private:
+  bool finish(StopReason reason) {
+    out_.stop_reason = reason;
+    return true;
+  }
+  const GenerateOptions& options_;
+  Generation& out_;
+  std::vector<Token>& sequence_;
+};
+
+}  // namespace specdec::detail

@@ -1,0 +1,91 @@
+// specdec/drafts/prompt_lookup.hpp — prompt lookup decoding (n-gram drafting): no network at all.
+// Entry point: specdec::PromptLookupDraft, a specdec::Model. Read next: decoder.hpp.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "specdec/error.hpp"
+#include "specdec/model.hpp"
+
+namespace specdec {
+
+/// Proposes what followed the most recent earlier occurrence of the context's last n tokens, trying
+/// n = max_ngram down to min_ngram (longest match first). Its logits row is one-hot on the proposal
+/// (0 for the proposal, -1e30 elsewhere: finite, and exactly one-hot after any temperature); with no match the
+/// row is flat (all zeros), which ends the round's drafting. Strong on input-grounded tasks (summaries, edits,
+/// extraction), where the output repeats spans of the prompt.
+class PromptLookupDraft {
+ public:
+  static constexpr float kMissing = -1e30f;
+
+  /// requires: vocab > 0, 1 <= min_ngram <= max_ngram.
+  explicit PromptLookupDraft(std::size_t vocab, std::size_t max_ngram = 3, std::size_t min_ngram = 1)
+      : vocab_(vocab), max_ngram_(max_ngram), min_ngram_(min_ngram) {
+    if (vocab == 0) detail::fail("prompt lookup draft needs a vocabulary of at least 1 token, got 0");
+    if (min_ngram == 0 || min_ngram > max_ngram)
+      detail::fail("prompt lookup n-gram sizes need 1 <= min <= max, got min ", min_ngram, ", max ", max_ngram);
+  }
+
+  std::size_t vocab_size() const { return vocab_; }
+  std::size_t context_size() const { return context_.size(); }
+  std::size_t max_ngram() const { return max_ngram_; }
+  std::size_t min_ngram() const { return min_ngram_; }
+
+  /// Appends tokens; row j of the result is the proposal after the context up to and including tokens[j].
+  const Logits& forward(std::span<const Token> tokens) {
+    logits_.resize(static_cast<Eigen::Index>(tokens.size()), static_cast<Eigen::Index>(vocab_));
+    for (std::size_t j = 0; j < tokens.size(); ++j) {
+      append_checked(tokens[j]);
+      auto row = logits_.row(static_cast<Eigen::Index>(j));
+      if (const auto next = lookup()) {
+        row.setConstant(kMissing);
+        row(*next) = 0.0f;
+      } else {
+        row.setZero();
+      }
+    }
+    return logits_;
+  }
+
+  /// Appends tokens without computing logits (prompt processing).
+  void append(std::span<const Token> tokens) {
+    for (Token t : tokens) append_checked(t);
+  }
+
+  void truncate(std::size_t n) { context_.resize(std::min(n, context_.size())); }
+
+  /// The proposal after the current context, if any n-gram matches.
+  std::optional<Token> lookup() const {
+    const std::size_t length = context_.size();
+    for (std::size_t n = std::min(max_ngram_, length > 0 ? length - 1 : 0); n >= min_ngram_; --n) {
+      const auto pattern = context_.end() - static_cast<std::ptrdiff_t>(n);
+      // Most recent earlier occurrence: start positions from the right, each followed by at least one token.
+      for (std::size_t start = length - n; start-- > 0;) {
+        if (std::equal(pattern, context_.end(), context_.begin() + static_cast<std::ptrdiff_t>(start)))
+          return context_[start + n];
+      }
+    }
+    return std::nullopt;
+  }
+
+ private:
+  void append_checked(Token t) {
+    if (t < 0 || static_cast<std::size_t>(t) >= vocab_)
+      detail::fail("prompt lookup draft got token ", t, ", outside the vocabulary of ", vocab_, " tokens");
+    context_.push_back(t);
+  }
+
+  std::size_t vocab_;
+  std::size_t max_ngram_;
+  std::size_t min_ngram_;
+  std::vector<Token> context_;  // [tokens held]
+  Logits logits_;               // [positions of the last call, vocab]
+};
+
+static_assert(Model<PromptLookupDraft>);
+
+}  // namespace specdec
