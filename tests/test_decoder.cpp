@@ -1,0 +1,206 @@
+// Greedy exactness, stop rules, streaming, reuse and argument errors of SpeculativeDecoder.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <specdec/specdec.hpp>
+
+#include "support/broken_models.hpp"
+
+using namespace specdec;
+
+namespace {
+
+constexpr std::size_t kVocab = 32;
+
+ToyModelConfig target_config() { return {.vocab = kVocab, .window = 3, .seed = 11, .scale = 2.0f}; }
+ToyModelConfig good_draft_config() { return {.vocab = kVocab, .window = 3, .seed = 11, .scale = 2.0f, .noise_seed = 5, .noise = 0.25f}; }
+ToyModelConfig bad_draft_config() { return {.vocab = kVocab, .window = 2, .seed = 99, .scale = 2.0f}; }
+
+std::vector<std::vector<Token>> prompts(std::size_t count) {
+  std::vector<std::vector<Token>> out;
+  const CounterRng rng(2024);
+  for (std::size_t p = 0; p < count; ++p) {
+    std::vector<Token> prompt(1 + p % 7);
+    for (std::size_t i = 0; i < prompt.size(); ++i)
+      prompt[i] = static_cast<Token>(rng.block(p, RandomStream::target, static_cast<std::uint32_t>(i))[0] % kVocab);
+    out.push_back(prompt);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("greedy speculative output equals plain greedy output for every draft and draft length", "[decoder]") {
+  ToyModel target(target_config());
+  ToyModel perfect(target_config()), good(good_draft_config()), bad(bad_draft_config());
+  PromptLookupDraft lookup(kVocab);
+  for (const auto& prompt : prompts(12)) {
+    GenerateOptions options{.max_new_tokens = 40};
+    const auto plain = generate_autoregressive(target, Greedy{}, prompt, options);
+    REQUIRE(plain.tokens.size() == 40);
+    for (std::size_t k = 1; k <= 8; ++k) {
+      options.draft_length = k;
+      CAPTURE(k, prompt);
+      CHECK(SpeculativeDecoder(perfect, target).generate(prompt, options).tokens == plain.tokens);
+      CHECK(SpeculativeDecoder(good, target).generate(prompt, options).tokens == plain.tokens);
+      CHECK(SpeculativeDecoder(bad, target).generate(prompt, options).tokens == plain.tokens);
+      CHECK(SpeculativeDecoder(lookup, target).generate(prompt, options).tokens == plain.tokens);
+    }
+  }
+}
+
+TEST_CASE("a perfect draft needs about n/(k+1) target calls and every proposal is accepted", "[decoder]") {
+  ToyModel target(target_config()), perfect(target_config());
+  const std::vector<Token> prompt{3, 1, 4, 1, 5};
+  for (std::size_t k = 1; k <= 8; ++k) {
+    const GenerateOptions options{.max_new_tokens = 60, .draft_length = k};
+    const auto result = SpeculativeDecoder(perfect, target).generate(prompt, options);
+    const std::size_t rounds = (60 + k) / (k + 1);
+    CAPTURE(k);
+    CHECK(result.stats.rounds == rounds);
+    CHECK(result.stats.target_forward_calls == rounds + 1);  // + the prompt
+    CHECK(result.stats.accepted_tokens == result.stats.drafted_tokens);
+    CHECK(result.stats.acceptance_rate() == 1.0);
+    CHECK(result.stats.tokens_per_target_call() == Approx(60.0 / static_cast<double>(rounds)));
+  }
+}
+
+TEST_CASE("a bad draft is mostly rejected and the good draft sits in between", "[decoder]") {
+  ToyModel target(target_config()), good(good_draft_config()), bad(bad_draft_config());
+  const std::vector<Token> prompt{1, 2, 3};
+  const GenerateOptions options{.max_new_tokens = 200, .draft_length = 4};
+  const auto with_good = SpeculativeDecoder(good, target).generate(prompt, options);
+  const auto with_bad = SpeculativeDecoder(bad, target).generate(prompt, options);
+  CHECK(with_good.stats.acceptance_rate() > 0.4);
+  CHECK(with_bad.stats.acceptance_rate() < 0.2);
+  REQUIRE(with_good.stats.drafted_at.size() == 4);
+  CHECK(with_good.stats.drafted_at[0] + 1 >= with_good.stats.rounds);  // the last round may have no room to draft
+  CHECK(with_good.stats.acceptance_rate_at(0) >= with_good.stats.acceptance_rate_at(3) - 0.2);
+}
+
+TEST_CASE("generation ends right after a stop token, even in the middle of an accepted block", "[decoder]") {
+  ToyModel target(target_config()), perfect(target_config());
+  const std::vector<Token> prompt{7, 7, 2};
+  const auto plain = generate_autoregressive(target, Greedy{}, prompt, {.max_new_tokens = 30});
+  // Stop on the third token: with k = 8 and a perfect draft it sits inside the first accepted block.
+  const Token stop = plain.tokens[2];
+  const auto first = static_cast<std::size_t>(std::find(plain.tokens.begin(), plain.tokens.end(), stop) - plain.tokens.begin());
+  GenerateOptions options{.max_new_tokens = 30, .draft_length = 8, .stop_tokens = {stop}};
+  const auto result = SpeculativeDecoder(perfect, target).generate(prompt, options);
+  CHECK(result.stop_reason == StopReason::stop_token);
+  CHECK(result.tokens == std::vector<Token>(plain.tokens.begin(), plain.tokens.begin() + static_cast<std::ptrdiff_t>(first + 1)));
+  CHECK(result.tokens.back() == stop);
+  const auto plain_stopped = generate_autoregressive(target, Greedy{}, prompt, options);
+  CHECK(plain_stopped.tokens == result.tokens);
+  CHECK(plain_stopped.stop_reason == StopReason::stop_token);
+}
+
+TEST_CASE("max_new_tokens is never exceeded", "[decoder]") {
+  ToyModel target(target_config()), perfect(target_config()), good(good_draft_config());
+  const std::vector<Token> prompt{4, 4};
+  for (std::size_t max = 0; max <= 13; ++max)
+    for (std::size_t k : {1, 3, 8}) {
+      const GenerateOptions options{.max_new_tokens = max, .draft_length = k};
+      CAPTURE(max, k);
+      const auto a = SpeculativeDecoder(perfect, target).generate(prompt, options);
+      const auto b = SpeculativeDecoder(good, target).generate(prompt, options);
+      CHECK(a.tokens.size() == max);
+      CHECK(b.tokens.size() == max);
+      CHECK(a.stop_reason == StopReason::max_tokens);
+      CHECK(a.tokens == generate_autoregressive(target, Greedy{}, prompt, options).tokens);
+    }
+}
+
+TEST_CASE("on_token streams each final token in order as soon as it is final, and false stops", "[decoder]") {
+  ToyModel target(target_config()), perfect(target_config());
+  const std::vector<Token> prompt{9};
+  std::vector<Token> streamed;
+  std::vector<std::size_t> calls_when_streamed;
+  GenerateOptions options{.max_new_tokens = 40, .draft_length = 3};
+  options.on_token = [&](Token t) {
+    streamed.push_back(t);
+    calls_when_streamed.push_back(target.forward_calls());
+    return streamed.size() < 10;
+  };
+  const std::size_t calls_before = target.forward_calls();
+  const auto result = SpeculativeDecoder(perfect, target).generate(prompt, options);
+  CHECK(result.stop_reason == StopReason::callback);
+  CHECK(result.tokens.size() == 10);
+  CHECK(streamed == result.tokens);
+  // Tokens of the first round stream right after the first verify call (one-token prompt: no prefill call).
+  CHECK(calls_when_streamed[0] == calls_before + 1);
+  CHECK(calls_when_streamed[3] == calls_before + 1);
+  CHECK(calls_when_streamed[4] == calls_before + 2);
+}
+
+TEST_CASE("a reused decoder gives what fresh models give and reuses the shared prompt prefix", "[decoder]") {
+  ToyModel target(target_config()), good(good_draft_config());
+  SpeculativeDecoder decoder(good, target);
+  const std::vector<Token> a{1, 2, 3, 4, 5, 6}, b{1, 2, 3, 4, 9}, c{8};
+  const GenerateOptions options{.max_new_tokens = 25, .draft_length = 3};
+  for (const auto& prompt : {a, b, a, c, b}) {
+    ToyModel fresh_target(target_config()), fresh_draft(good_draft_config());
+    const auto expected = SpeculativeDecoder(fresh_draft, fresh_target).generate(prompt, options);
+    const auto got = decoder.generate(prompt, options);
+    CHECK(got.tokens == expected.tokens);
+    CHECK(got.stats.rounds == expected.stats.rounds);
+  }
+  const auto again = decoder.generate(b, options);
+  CHECK(again.stats.reused_prompt_tokens == 4);  // b minus its last token; the rest of the context is rolled back
+  // A model changed behind the decoder's back is detected and started over.
+  target.truncate(2);
+  const auto after_external_change = decoder.generate(a, options);
+  ToyModel fresh_target(target_config());
+  CHECK(after_external_change.tokens == generate_autoregressive(fresh_target, Greedy{}, a, options).tokens);
+}
+
+TEST_CASE("draft_p_min ends drafting when the draft is unsure", "[decoder]") {
+  ToyModel target(target_config()), bad(bad_draft_config());
+  const std::vector<Token> prompt{1, 2, 3};
+  GenerateOptions options{.max_new_tokens = 50, .draft_length = 6};
+  const auto eager = SpeculativeDecoder(bad, target).generate(prompt, options);
+  options.draft_p_min = 0.9f;
+  const auto careful = SpeculativeDecoder(bad, target).generate(prompt, options);
+  CHECK(careful.tokens == eager.tokens);
+  CHECK(careful.stats.drafted_tokens < eager.stats.drafted_tokens / 2);
+  CHECK(careful.stats.draft_forward_calls < eager.stats.draft_forward_calls);
+  options.draft_p_min = 1.5f;
+  CHECK_THROWS_WITH(SpeculativeDecoder(bad, target).generate(prompt, options), "draft_p_min must be in [0, 1], got 1.5");
+}
+
+TEST_CASE("bad arguments and misbehaving models raise specdec::Error naming the values", "[decoder][errors]") {
+  ToyModel target(target_config());
+  ToyModel small({.vocab = 16});
+  CHECK_THROWS_WITH(SpeculativeDecoder(small, target), "draft vocabulary has 16 tokens, target has 32");
+  CHECK_THROWS_WITH(SpeculativeDecoder(target, target), Catch::Contains("same model object"));
+  ToyModel draft(good_draft_config());
+  SpeculativeDecoder decoder(draft, target);
+  CHECK_THROWS_WITH(decoder.generate({}, {}), "prompt is empty: generation needs at least one token");
+  const std::vector<Token> outside{1, 32}, negative{-1};
+  CHECK_THROWS_WITH(decoder.generate(outside, {}), "prompt token 1 is 32, outside the vocabulary of 32 tokens");
+  CHECK_THROWS_WITH(decoder.generate(negative, {}), "prompt token 0 is -1, outside the vocabulary of 32 tokens");
+  CHECK_THROWS_WITH(decoder.generate(std::vector<Token>{1}, {.stop_tokens = {40}}),
+                    "stop token 40 is outside the vocabulary of 32 tokens");
+  CHECK_THROWS_AS(decoder.generate(outside, {}), Error);
+
+  CHECK_THROWS_WITH(SpeculativeDecoder(draft, target, RejectionSampling{{.temperature = -1.0f}}),
+                    "temperature must be a finite number >= 0, got -1");
+  CHECK_THROWS_WITH(SpeculativeDecoder(draft, target, RejectionSampling{{.temperature = std::nanf("")}}),
+                    Catch::StartsWith("temperature must be a finite number >= 0, got "));
+  CHECK_THROWS_WITH(SpeculativeDecoder(draft, target, RejectionSampling{{.top_p = 0.0f}}), "top_p must be in (0, 1], got 0");
+  CHECK_THROWS_WITH(SpeculativeDecoder(draft, target, CoupledSampling{{.top_p = 1.5f}}), "top_p must be in (0, 1], got 1.5");
+  CHECK_THROWS_WITH(generate_autoregressive(target, RejectionSampling{{.top_p = -0.5f}}, std::vector<Token>{1}, {}),
+                    "top_p must be in (0, 1], got -0.5");
+
+  using Fault = test::BrokenModel::Fault;
+  const std::vector<Token> prompt{1, 2, 3};
+  test::BrokenModel extra(target_config(), Fault::extra_row), narrow(target_config(), Fault::missing_column);
+  test::BrokenModel nan(target_config(), Fault::nan, 1), inf(target_config(), Fault::infinity);
+  CHECK_THROWS_WITH(SpeculativeDecoder(draft, extra).generate(prompt, {}), "target returned logits of shape [3, 32], expected [2, 32]");
+  CHECK_THROWS_WITH(generate_autoregressive(narrow, Greedy{}, prompt, {}), "target returned logits of shape [2, 31], expected [2, 32]");
+  CHECK_THROWS_WITH(SpeculativeDecoder(nan, target).generate(prompt, {}), "draft returned a non-finite logit (nan) at row 0, column 3");
+  CHECK_THROWS_WITH(SpeculativeDecoder(draft, inf).generate(prompt, {}), "target returned a non-finite logit (inf) at row 0, column 1");
+  ToyModel fine(target_config());
+  CHECK_THROWS_WITH(fine.forward(std::vector<Token>{33}), "toy model got token 33, outside the vocabulary of 32 tokens");
+}

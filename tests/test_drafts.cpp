@@ -1,0 +1,112 @@
+// PromptLookupDraft and the draft-length policies.
+#include <catch2/catch.hpp>
+
+#include <specdec/specdec.hpp>
+
+using namespace specdec;
+
+namespace {
+Token proposal(const Logits& logits) {
+  const auto last = logits.rows() - 1;
+  return logits.row(last).maxCoeff() == logits.row(last).minCoeff() ? -1 : argmax(std::span<const float>(logits.row(last).data(), static_cast<std::size_t>(logits.cols())));
+}
+}  // namespace
+
+TEST_CASE("prompt lookup proposes what followed the most recent earlier occurrence, longest n-gram first", "[drafts]") {
+  PromptLookupDraft draft(20, 3, 1);
+  // 1 2 3 4 ... 1 2 3 5 ... 2 3 -> trigram "x 2 3" decides; bigram "2 3" most recent is followed by 5.
+  CHECK(proposal(draft.forward(std::vector<Token>{1, 2, 3, 4, 9, 1, 2, 3, 5, 8, 2, 3})) == 5);
+  draft.truncate(0);
+  CHECK(proposal(draft.forward(std::vector<Token>{1, 2, 3, 4, 9, 7, 2, 3, 5, 8, 1, 2, 3})) == 4);  // trigram 1 2 3 beats bigram
+  CHECK(proposal(draft.forward(std::vector<Token>{4})) == 9);  // its own proposals extend the match
+  CHECK(draft.context_size() == 14);
+  draft.truncate(0);
+  const Logits& none = draft.forward(std::vector<Token>{1, 2, 3});
+  CHECK(none.rows() == 3);
+  CHECK(proposal(none) == -1);  // no match: a flat row
+  const auto row = draft.forward(std::vector<Token>{1}).row(0);
+  CHECK(row(2) == 0.0f);
+  CHECK(row(5) == PromptLookupDraft::kMissing);
+}
+
+TEST_CASE("prompt lookup speeds up a repetitive continuation and keeps greedy output exact", "[drafts]") {
+  const ToyModelConfig cfg{.vocab = 12, .window = 2, .seed = 4, .scale = 4.0f};
+  ToyModel target(cfg);
+  PromptLookupDraft lookup(12);
+  const std::vector<Token> prompt{1, 2};
+  const GenerateOptions options{.max_new_tokens = 120, .draft_length = 5};
+  const auto plain = generate_autoregressive(target, Greedy{}, prompt, options);
+  const auto fast = SpeculativeDecoder(lookup, target).generate(prompt, options);
+  CHECK(fast.tokens == plain.tokens);
+  // A window-2 greedy model falls into a cycle, which lookup predicts perfectly.
+  CHECK(fast.stats.rounds < plain.stats.rounds / 2);
+}
+
+TEST_CASE("prompt lookup rejects bad settings and tokens", "[drafts][errors]") {
+  CHECK_THROWS_WITH(PromptLookupDraft(10, 2, 3), "prompt lookup n-gram sizes need 1 <= min <= max, got min 3, max 2");
+  CHECK_THROWS_WITH(PromptLookupDraft(0), "prompt lookup draft needs a vocabulary of at least 1 token, got 0");
+  PromptLookupDraft draft(10);
+  CHECK_THROWS_WITH(draft.forward(std::vector<Token>{10}), "prompt lookup draft got token 10, outside the vocabulary of 10 tokens");
+}
+
+TEST_CASE("adaptive draft length grows k when drafts are accepted and cheap", "[draft_length]") {
+  AdaptiveDraftLength policy;
+  const GenerateOptions options{.draft_length = 8};
+  CHECK(policy.next(options) == 8);  // explores at the full length first
+  for (int round = 0; round < 50; ++round) {
+    const std::size_t k = policy.next(options);
+    policy.observe({.requested = k, .drafted = k, .accepted = k, .draft_steps = k, .draft_seconds = 0.01 * static_cast<double>(k),
+                    .verify_width = k + 1, .verify_seconds = 1.0});
+  }
+  CHECK(policy.next(options) == 8);
+}
+
+TEST_CASE("adaptive draft length falls back to plain decoding when drafts are rejected, and probes again", "[draft_length]") {
+  AdaptiveDraftLength policy;
+  const GenerateOptions options{.draft_length = 6};
+  std::size_t zeros = 0, probes = 0;
+  for (int round = 0; round < 200; ++round) {
+    const std::size_t k = policy.next(options);
+    (k == 0 ? zeros : probes) += 1;
+    policy.observe({.requested = k, .drafted = k, .accepted = 0, .draft_steps = k, .draft_seconds = 0.3 * static_cast<double>(k),
+                    .verify_width = k + 1, .verify_seconds = 1.0 + 0.05 * static_cast<double>(k)});
+  }
+  CHECK(zeros > 150);
+  CHECK(probes >= 8);  // one probe every probe_interval rounds at k = 0
+  CHECK(policy.rate(0) > policy.rate(1));
+}
+
+TEST_CASE("adaptive draft length settles between the extremes when acceptance is moderate", "[draft_length]") {
+  AdaptiveDraftLength policy;
+  const GenerateOptions options{.draft_length = 8};
+  // Acceptance 0.6 per position, draft step 10% of a verify: the best k maximises (1-0.6^(k+1))/0.4 / (0.1k + 1).
+  const CounterRng rng(5);
+  for (std::uint64_t round = 0; round < 400; ++round) {
+    const std::size_t k = policy.next(options);
+    std::size_t accepted = 0;
+    while (accepted < k && rng.uniform(round, RandomStream::accept, static_cast<std::uint32_t>(accepted)) < 0.6) ++accepted;
+    policy.observe({.requested = k, .drafted = k, .accepted = accepted, .draft_steps = k, .draft_seconds = 0.1 * static_cast<double>(k),
+                    .verify_width = k + 1, .verify_seconds = 1.0});
+  }
+  const std::size_t k = policy.current();
+  CHECK(k >= 2);
+  CHECK(k <= 5);
+}
+
+TEST_CASE("greedy output with an adaptive draft length equals plain greedy output", "[draft_length]") {
+  const ToyModelConfig cfg{.vocab = 32, .window = 3, .seed = 11, .scale = 2.0f};
+  ToyModel target(cfg), good({.vocab = 32, .window = 3, .seed = 11, .scale = 2.0f, .noise_seed = 5, .noise = 0.4f});
+  ToyModel bad({.vocab = 32, .window = 1, .seed = 3});
+  const std::vector<Token> prompt{5, 6, 7};
+  const GenerateOptions options{.max_new_tokens = 150, .draft_length = 8};
+  const auto plain = generate_autoregressive(target, Greedy{}, prompt, options);
+  SpeculativeDecoder with_good(good, target, Greedy{}, AdaptiveDraftLength{});
+  SpeculativeDecoder with_bad(bad, target, Greedy{}, AdaptiveDraftLength{});
+  for (int call = 0; call < 3; ++call) {
+    const auto a = with_good.generate(prompt, options);
+    const auto b = with_bad.generate(prompt, options);
+    CHECK(a.tokens == plain.tokens);
+    CHECK(b.tokens == plain.tokens);
+    CHECK(a.stats.draft_lengths.size() == a.stats.rounds);
+  }
+}

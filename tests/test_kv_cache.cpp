@@ -1,0 +1,61 @@
+#include <catch2/catch.hpp>
+
+#include <specdec/kv_cache.hpp>
+
+using specdec::KvCache;
+
+namespace {
+KvCache::Rows rows_from(int first, int count, int width) {
+  KvCache::Rows r(count, width);
+  for (int i = 0; i < count; ++i)
+    for (int j = 0; j < width; ++j) r(i, j) = static_cast<float>(100 * (first + i) + j);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("kv cache appends rows per layer and views the first n", "[kv_cache]") {
+  KvCache cache(2, 8, 3);
+  CHECK(cache.size() == 0);
+  cache.append(0, rows_from(0, 3, 3), rows_from(50, 3, 3));
+  CHECK(cache.size(0) == 3);
+  CHECK(cache.size() == 0);  // layer 1 holds nothing yet
+  cache.append(1, rows_from(10, 3, 3), rows_from(60, 3, 3));
+  cache.append(0, rows_from(3, 2, 3), rows_from(53, 2, 3));
+  cache.append(1, rows_from(13, 2, 3), rows_from(63, 2, 3));
+  CHECK(cache.size() == 5);
+  CHECK(cache.keys(0, 5) == rows_from(0, 5, 3));
+  CHECK(cache.values(0, 5) == rows_from(50, 5, 3));
+  CHECK(cache.keys(1, 2) == rows_from(10, 2, 3));
+}
+
+TEST_CASE("kv cache truncate keeps the prefix and later appends overwrite the rest", "[kv_cache]") {
+  KvCache cache(1, 6, 2);
+  cache.append(0, rows_from(0, 5, 2), rows_from(0, 5, 2));
+  cache.truncate(2);
+  CHECK(cache.size() == 2);
+  cache.truncate(4);  // growing is a no-op
+  CHECK(cache.size() == 2);
+  cache.append(0, rows_from(7, 2, 2), rows_from(8, 2, 2));
+  KvCache::Rows expected(4, 2);
+  expected << rows_from(0, 2, 2), rows_from(7, 2, 2);
+  CHECK(cache.keys(0, 4) == expected);
+  const auto start = cache.reserve(0, 1);
+  CHECK(start == 4);
+  cache.key_rows(0, start, 1).setConstant(9.0f);
+  CHECK(cache.keys(0, 5)(4, 1) == 9.0f);
+  cache.clear();
+  CHECK(cache.size() == 0);
+}
+
+TEST_CASE("kv cache reports overflow and bad arguments as specdec::Error", "[kv_cache][errors]") {
+  KvCache cache(2, 4, 2);
+  cache.append(0, rows_from(0, 3, 2), rows_from(0, 3, 2));
+  CHECK_THROWS_WITH(cache.append(0, rows_from(0, 2, 2), rows_from(0, 2, 2)),
+                    "kv cache overflow: layer 0 holds 3 of 4 positions, cannot append 2 more");
+  CHECK(cache.size(0) == 3);  // a failed append changes nothing
+  CHECK_THROWS_WITH(cache.append(2, rows_from(0, 1, 2), rows_from(0, 1, 2)), "kv cache has 2 layers, got layer 2");
+  CHECK_THROWS_WITH(cache.append(1, rows_from(0, 1, 3), rows_from(0, 1, 3)),
+                    "kv cache append expects keys and values of [rows, 2], got [1, 3] and [1, 3]");
+  CHECK_THROWS_WITH(cache.keys(1, 1), "kv cache layer 1 holds 0 positions, asked for 1");
+  CHECK_THROWS_WITH(KvCache(0, 4, 2), "kv cache needs layers, capacity and width > 0, got 0, 4, 2");
+}

@@ -1,0 +1,235 @@
+// The sampling transform, and the distribution of sampled generations against exact enumeration (chi-squared).
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <specdec/specdec.hpp>
+
+#include "support/chi_squared.hpp"
+
+using namespace specdec;
+using test::Sequence;
+
+namespace {
+
+constexpr std::size_t kVocab = 6;
+constexpr std::size_t kLength = 3;    // generated tokens enumerated
+constexpr std::size_t kSamples = 12000;
+
+ToyModelConfig target_config() { return {.vocab = kVocab, .window = 2, .seed = 3, .scale = 1.2f}; }
+ToyModelConfig draft_config() { return {.vocab = kVocab, .window = 2, .seed = 3, .scale = 1.2f, .noise_seed = 8, .noise = 0.8f}; }
+ToyModelConfig unrelated_config() { return {.vocab = kVocab, .window = 1, .seed = 77, .scale = 1.5f}; }
+
+const std::vector<SamplingParams>& settings() {
+  static const std::vector<SamplingParams> all{
+      {.temperature = 1.0f}, {.temperature = 0.6f}, {.temperature = 1.7f, .top_k = 3},
+      {.temperature = 1.0f, .top_p = 0.7f}, {.temperature = 0.8f, .top_k = 4, .top_p = 0.8f}};
+  return all;
+}
+
+template <class Generate>
+test::ChiSquared run_chi_squared(const SamplingParams& params, Generate&& generate) {
+  ToyModel reference(target_config());
+  const Sequence prompt{2, 5};
+  const auto expected = test::enumerate_sequences(reference, prompt, params, kLength);
+  std::map<Sequence, std::size_t> counts;
+  for (std::uint64_t seed = 0; seed < kSamples; ++seed) {
+    const GenerateOptions options{.max_new_tokens = kLength, .seed = seed};
+    ++counts[generate(prompt, options)];
+  }
+  return test::chi_squared(expected, counts, kSamples);
+}
+
+/// A deliberately wrong rejection sampler: on rejection it samples from p instead of max(0, p - q).
+struct WrongResidualSampling {
+  SamplingParams params{};
+  void validate() const {}
+  class Session {
+   public:
+    Session(const WrongResidualSampling& policy, std::size_t vocab, std::uint64_t seed) : right_(RejectionSampling{policy.params}, vocab, seed), params_(policy.params), rng_(seed) {}
+    Token propose(std::span<const float> row, std::size_t slot, std::uint64_t position) {
+      if (slot >= q_.size()) q_.resize(slot + 1);
+      transform_logits(row, params_, q_[slot]);
+      return sample_index(q_[slot], rng_.uniform(position, RandomStream::draft));
+    }
+    Verdict verify(std::span<const float> row, std::size_t slot, Token drafted, std::uint64_t position) {
+      transform_logits(row, params_, p_);
+      const auto x = static_cast<std::size_t>(drafted);
+      if (rng_.uniform(position, RandomStream::accept) * q_[slot][x] < p_[x]) return {true, drafted};
+      return {false, sample_index(p_, rng_.uniform(position, RandomStream::target))};  // the bug
+    }
+    Token sample(std::span<const float> row, std::uint64_t position) { return right_.sample(row, position); }
+
+   private:
+    RejectionSampling::Session right_;
+    SamplingParams params_;
+    CounterRng rng_;
+    std::vector<std::vector<double>> q_;
+    std::vector<double> p_;
+  };
+};
+
+}  // namespace
+
+TEST_CASE("transform applies temperature, then top-k, then top-p, and renormalises", "[sampling]") {
+  const std::vector<float> row{1.0f, 3.0f, 2.0f, 3.0f, -1.0f};
+  std::vector<double> p;
+  transform_logits(row, {.temperature = 0.0f}, p);
+  CHECK(p == std::vector<double>{0, 1, 0, 0, 0});  // argmax, lowest index on a tie
+  transform_logits(row, {.temperature = 1.0f}, p);
+  double z = 0;
+  for (float l : row) z += std::exp(l);
+  for (std::size_t i = 0; i < row.size(); ++i) CHECK(p[i] == Approx(std::exp(row[i]) / z));
+  transform_logits(row, {.temperature = 2.0f, .top_k = 2}, p);  // ties at the k-th value are kept: tokens 1 and 3
+  CHECK(p[1] == Approx(0.5));
+  CHECK(p[3] == Approx(0.5));
+  CHECK(p[0] + p[2] + p[4] == 0.0);
+  transform_logits(row, {.temperature = 1.0f, .top_k = 3}, p);  // 1, 2, 3 kept
+  const double z3 = 2 * std::exp(3.0) + std::exp(2.0);
+  CHECK(p[2] == Approx(std::exp(2.0) / z3));
+  CHECK(p[0] == 0.0);
+  // top-p: masses e^3, e^3, e^2, e^1, e^-1 over z: 0.397, 0.397, 0.146, 0.054, 0.007.
+  transform_logits(row, {.temperature = 1.0f, .top_p = 0.3f}, p);  // one token; the lower index first on a tie
+  CHECK(p[1] == 1.0);
+  transform_logits(row, {.temperature = 1.0f, .top_p = 0.5f}, p);
+  CHECK(p[1] == Approx(0.5));
+  CHECK(p[3] == Approx(0.5));
+  CHECK(p[2] == 0.0);
+  transform_logits(row, {.temperature = 1.0f, .top_p = 0.8f}, p);  // 0.793 < 0.8: needs the third token too
+  CHECK(p[2] == Approx(std::exp(2.0) / z3));
+  CHECK(p[0] == 0.0);
+  transform_logits(row, {.temperature = 1.0f, .top_k = 4, .top_p = 1.0f}, p);
+  CHECK(p[4] == 0.0);
+  CHECK(p[0] > 0.0);
+}
+
+TEST_CASE("inverse-cdf sampling picks the first index whose cumulative mass exceeds u", "[sampling]") {
+  const std::vector<double> p{0.0, 0.25, 0.0, 0.5, 0.25};
+  CHECK(sample_index(p, 0.1) == 1);
+  CHECK(sample_index(p, 0.26) == 3);
+  CHECK(sample_index(p, 0.74) == 3);
+  CHECK(sample_index(p, 0.76) == 4);
+  CHECK(sample_index(p, 0.9999999) == 4);
+}
+
+TEST_CASE("plain sampling matches the exact distribution of the first three tokens", "[sampling][chi2]") {
+  for (const auto& params : settings()) {
+    ToyModel target(target_config());
+    const auto chi = run_chi_squared(params, [&](const Sequence& prompt, const GenerateOptions& options) {
+      return generate_autoregressive(target, RejectionSampling{params}, prompt, options).tokens;
+    });
+    CAPTURE(params.temperature, params.top_k, params.top_p, chi.statistic, chi.critical, chi.degrees);
+    CHECK(chi.passes());
+  }
+}
+
+TEST_CASE("speculative rejection sampling matches the exact distribution for several drafts and k", "[sampling][chi2]") {
+  for (const auto& params : settings()) {
+    for (const auto& [draft_config, k] : {std::pair{draft_config(), std::size_t{2}}, std::pair{unrelated_config(), std::size_t{3}}}) {
+      ToyModel target(target_config()), draft(draft_config);
+      SpeculativeDecoder decoder(draft, target, RejectionSampling{params});
+      const auto chi = run_chi_squared(params, [&](const Sequence& prompt, GenerateOptions options) {
+        options.draft_length = k;
+        return decoder.generate(prompt, options).tokens;
+      });
+      CAPTURE(params.temperature, params.top_k, params.top_p, k, chi.statistic, chi.critical, chi.degrees);
+      CHECK(chi.passes());
+    }
+  }
+}
+
+TEST_CASE("speculative rejection sampling with a one-hot prompt-lookup draft matches the exact distribution", "[sampling][chi2]") {
+  const SamplingParams params{.temperature = 0.9f};
+  ToyModel target(target_config());
+  PromptLookupDraft lookup(kVocab, 2, 1);
+  SpeculativeDecoder decoder(lookup, target, RejectionSampling{params});
+  std::size_t drafted = 0;
+  const auto chi = run_chi_squared(params, [&](const Sequence& prompt, GenerateOptions options) {
+    options.draft_length = 2;
+    auto result = decoder.generate(prompt, options);
+    drafted += result.stats.drafted_tokens;
+    return result.tokens;
+  });
+  CAPTURE(chi.statistic, chi.critical);
+  CHECK(drafted > kSamples / 4);  // the draft really proposed
+  CHECK(chi.passes());
+}
+
+TEST_CASE("taking the residual as p instead of max(0, p - q) fails the same test", "[sampling][chi2]") {
+  const SamplingParams params{.temperature = 1.0f};
+  ToyModel target(target_config()), draft(unrelated_config());
+  SpeculativeDecoder decoder(draft, target, WrongResidualSampling{params});
+  const auto chi = run_chi_squared(params, [&](const Sequence& prompt, GenerateOptions options) {
+    options.draft_length = 3;
+    return decoder.generate(prompt, options).tokens;
+  });
+  CAPTURE(chi.statistic, chi.critical);
+  CHECK_FALSE(chi.passes());
+  CHECK(chi.statistic > 3 * chi.critical);
+}
+
+TEST_CASE("the same seed gives the same sampled tokens; another seed other tokens", "[sampling]") {
+  ToyModel target(target_config()), draft(draft_config());
+  SpeculativeDecoder decoder(draft, target, RejectionSampling{{.temperature = 1.0f}});
+  const Sequence prompt{1, 2};
+  const auto a = decoder.generate(prompt, {.max_new_tokens = 64, .seed = 42});
+  const auto b = decoder.generate(prompt, {.max_new_tokens = 64, .seed = 42});
+  const auto c = decoder.generate(prompt, {.max_new_tokens = 64, .seed = 43});
+  CHECK(a.tokens == b.tokens);
+  CHECK(a.tokens != c.tokens);
+}
+
+TEST_CASE("temperature 0 sampling policies are greedy", "[sampling]") {
+  ToyModel target(target_config()), draft(draft_config());
+  const Sequence prompt{3, 3, 1};
+  const GenerateOptions options{.max_new_tokens = 30, .draft_length = 3};
+  const auto greedy = generate_autoregressive(target, Greedy{}, prompt, options);
+  CHECK(generate_autoregressive(target, RejectionSampling{{.temperature = 0.0f}}, prompt, options).tokens == greedy.tokens);
+  CHECK(SpeculativeDecoder(draft, target, RejectionSampling{{.temperature = 0.0f}}).generate(prompt, options).tokens == greedy.tokens);
+  CHECK(SpeculativeDecoder(draft, target, CoupledSampling{{.temperature = 0.0f}}).generate(prompt, options).tokens == greedy.tokens);
+}
+
+TEST_CASE("plain coupled sampling matches the exact distribution of the first three tokens", "[sampling][coupled][chi2]") {
+  for (const auto& params : settings()) {
+    ToyModel target(target_config());
+    const auto chi = run_chi_squared(params, [&](const Sequence& prompt, const GenerateOptions& options) {
+      return generate_autoregressive(target, CoupledSampling{params}, prompt, options).tokens;
+    });
+    CAPTURE(params.temperature, params.top_k, params.top_p, chi.statistic, chi.critical);
+    CHECK(chi.passes());
+  }
+}
+
+TEST_CASE("coupled speculative sampling gives the plain coupled tokens for every draft, k and adaptive k", "[sampling][coupled]") {
+  constexpr std::size_t vocab = 40;
+  const ToyModelConfig target_cfg{.vocab = vocab, .window = 3, .seed = 21, .scale = 1.5f};
+  ToyModel target(target_cfg);
+  ToyModel perfect(target_cfg), good({.vocab = vocab, .window = 3, .seed = 21, .scale = 1.5f, .noise_seed = 4, .noise = 0.5f});
+  ToyModel bad({.vocab = vocab, .window = 1, .seed = 5});
+  PromptLookupDraft lookup(vocab);
+  for (const auto& params : settings()) {
+    for (std::uint64_t seed : {1u, 2u, 3u}) {
+      const Sequence prompt{1, 2, 3, 1, 2};
+      GenerateOptions options{.max_new_tokens = 40, .seed = seed};
+      const auto plain = generate_autoregressive(target, CoupledSampling{params}, prompt, options);
+      for (std::size_t k = 1; k <= 8; ++k) {
+        options.draft_length = k;
+        CAPTURE(params.temperature, params.top_k, params.top_p, seed, k);
+        CHECK(SpeculativeDecoder(perfect, target, CoupledSampling{params}).generate(prompt, options).tokens == plain.tokens);
+        CHECK(SpeculativeDecoder(good, target, CoupledSampling{params}).generate(prompt, options).tokens == plain.tokens);
+        CHECK(SpeculativeDecoder(bad, target, CoupledSampling{params}).generate(prompt, options).tokens == plain.tokens);
+        CHECK(SpeculativeDecoder(lookup, target, CoupledSampling{params}).generate(prompt, options).tokens == plain.tokens);
+      }
+      options.draft_length = 8;
+      SpeculativeDecoder adaptive(good, target, CoupledSampling{params}, AdaptiveDraftLength{});
+      CHECK(adaptive.generate(prompt, options).tokens == plain.tokens);
+    }
+  }
+}
+
+TEST_CASE("coupled sampling with a good draft accepts more than rejection sampling's coupling would need", "[sampling][coupled]") {
+  const ToyModelConfig cfg{.vocab = 40, .window = 3, .seed = 21, .scale = 1.5f};
+  ToyModel target(cfg), good({.vocab = 40, .window = 3, .seed = 21, .scale = 1.5f, .noise_seed = 4, .noise = 0.3f});
+  const auto result = SpeculativeDecoder(good, target, CoupledSampling{{.temperature = 1.0f}})
+                          .generate(Sequence{1, 2, 3}, {.max_new_tokens = 300, .draft_length = 4, .seed = 9});
+  CHECK(result.stats.acceptance_rate() > 0.5);
+}
