@@ -184,9 +184,13 @@ class Cursor {
 
   std::size_t pos() const { return pos_; }
   std::size_t remaining() const { return bytes_.size() - pos_; }
-  /// Names the item being read ("key 'x'", "tensor 'y'") in error messages.
-  void set_item(std::string_view kind, std::string_view name) { kind_ = kind, name_ = name; }
-  std::string item() const { return name_.empty() ? std::string(kind_) : std::string(kind_) + " '" + std::string(name_) + "'"; }
+  /// Names the item being read ("key 'x'", "tensor 'y'", "tensor 3") in error messages.
+  void set_item(std::string_view kind, std::string_view name) { kind_ = kind, name_ = name, index_.reset(); }
+  void set_item(std::string_view kind, std::uint64_t index) { kind_ = kind, name_ = {}, index_ = index; }
+  std::string item() const {
+    if (index_) return std::string(kind_) + " " + std::to_string(*index_);
+    return name_.empty() ? std::string(kind_) : std::string(kind_) + " '" + std::string(name_) + "'";
+  }
 
   const std::byte* take(std::uint64_t n, std::string_view field) {
     if (n > remaining()) {
@@ -216,7 +220,8 @@ class Cursor {
   const std::string& file_;
   std::span<const std::byte> bytes_;
   std::size_t pos_ = 0;
-  std::string_view kind_ = "header", name_;
+  std::string_view kind_ = "header", name_;  // views of the file or of literals
+  std::optional<std::uint64_t> index_;
 };
 
 /// a * b and a + b, or nullopt on uint64 overflow.
@@ -459,7 +464,7 @@ inline void File::parse() {
   keys_.reserve(std::size_t(kv_count));
   values_.reserve(std::size_t(kv_count));
   for (std::uint64_t i = 0; i < kv_count; ++i) {
-    in.set_item("metadata entry", std::to_string(i));
+    in.set_item("metadata entry", i);
     const std::string_view key = in.str("key");
     if (key.empty()) fail(name_, ": metadata entry ", i, " has an empty key");
     in.set_item("key", key);
@@ -527,7 +532,7 @@ inline void File::parse_value(detail::Cursor& in, detail::Value& v, std::string_
 
 inline void File::parse_tensor_info(detail::Cursor& in) {
   using specdec::detail::fail;
-  in.set_item("tensor", std::to_string(tensors_.size()));
+  in.set_item("tensor", std::uint64_t(tensors_.size()));
   const std::string_view name = in.str("name");
   in.set_item("tensor", name);
   if (name.size() > 63) fail(name_, ": tensor '", name, "' name has ", name.size(), " bytes, at most 63 allowed");
