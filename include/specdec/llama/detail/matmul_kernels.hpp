@@ -1,0 +1,236 @@
+// specdec/llama/detail/matmul_kernels.hpp — the inner loops behind specdec::llama::matmul.
+// Entry point: detail::matmul_panels. Read first: ../matmul.hpp (layouts and the batch-invariance argument).
+//
+// Both paths walk a panel's columns in the order visit_panel defines and keep one accumulator per
+// (row, position) that starts at zero and sees one multiply-add per column. The AVX-512 path holds R panels ×
+// P positions of accumulators in registers so that each weight vector loaded (and dequantised) is used
+// R·P times; R and P only change register allocation, never an accumulator's operation sequence.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include "specdec/llama/packed_matrix.hpp"
+
+#if defined(__GNUC__)
+#define SPECDEC_ALWAYS_INLINE inline __attribute__((always_inline))
+#define SPECDEC_ALWAYS_INLINE_LAMBDA __attribute__((always_inline))
+#else
+#define SPECDEC_ALWAYS_INLINE inline
+#define SPECDEC_ALWAYS_INLINE_LAMBDA
+#endif
+
+namespace specdec::llama::detail {
+
+/// Positions that share one pass over a panel's weights.
+inline constexpr std::size_t max_position_group = 8;
+
+/// Sizes of near-equal groups of at most max_position_group positions: group g of n covers
+/// [group_begin(n, g), group_begin(n, g + 1)).
+inline std::size_t group_count(std::size_t n) { return (n + max_position_group - 1) / max_position_group; }
+inline std::size_t group_begin(std::size_t n, std::size_t g) { return n * g / group_count(n); }
+
+// ---------------------------------------------------------------------------------------------------------
+// Portable path: scalar code over 16-lane arrays (the compiler vectorises the lane loops).
+
+inline void matmul_panels_portable(const MatmulOutput& out, std::size_t first, std::size_t last, const float* x,
+                                   std::size_t x_stride, std::size_t positions) {
+  const PackedMatrix& w = *out.weights;
+  float acc[max_position_group][panel_rows];
+  for (std::size_t p = first; p < last; ++p) {
+    const std::size_t row0 = p * panel_rows;
+    const std::size_t lanes = std::min(panel_rows, w.rows() - row0);
+    for (std::size_t g = 0; g < group_count(positions); ++g) {
+      const std::size_t begin = group_begin(positions, g), count = group_begin(positions, g + 1) - begin;
+      for (std::size_t i = 0; i < count; ++i) std::fill(acc[i], acc[i] + panel_rows, 0.0f);
+      visit_panel(w.panel(p), w.encoding(), w.cols(), [&](const float* wv, std::size_t k) {
+        for (std::size_t i = 0; i < count; ++i) {
+          const float xv = x[(begin + i) * x_stride + k];
+          for (std::size_t l = 0; l < panel_rows; ++l) acc[i][l] += wv[l] * xv;
+        }
+      });
+      for (std::size_t i = 0; i < count; ++i) {
+        float* y = out.y + (begin + i) * out.y_stride + row0;
+        for (std::size_t l = 0; l < lanes; ++l) y[l] = out.accumulate ? y[l] + acc[i][l] : acc[i][l];
+      }
+    }
+  }
+}
+
+#if defined(__AVX512F__)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+// GCC 12 flags the _mm512_undefined_epi32() inside its own intrinsics (a known false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// ---------------------------------------------------------------------------------------------------------
+// AVX-512 path. Each visitor loads (and dequantises) R panels' weights for one column at a time and hands
+// them to fn(w, k); the kernel multiplies them into R × P accumulators.
+
+struct VisitF32 {
+  template <int R, class Fn>
+  static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, Fn&& fn) {
+    for (std::size_t k = 0; k < cols; ++k) {
+      __m512 w[R];
+      for (int r = 0; r < R; ++r) w[r] = _mm512_loadu_ps(reinterpret_cast<const float*>(panel[r]) + k * panel_rows);
+      fn(w, k);
+    }
+  }
+};
+
+struct VisitBf16 {
+  template <int R, class Fn>
+  static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, Fn&& fn) {
+    for (std::size_t k = 0; k < cols; ++k) {
+      __m512 w[R];
+      for (int r = 0; r < R; ++r) {
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel[r] + k * panel_rows * 2));
+        w[r] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+      }
+      fn(w, k);
+    }
+  }
+};
+
+SPECDEC_ALWAYS_INLINE __m512 load_f16x16(const std::byte* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+struct VisitQ8_0 {
+  template <int R, class Fn>
+  static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, Fn&& fn) {
+    constexpr std::size_t block_bytes = panel_block_bytes(PanelEncoding::q8_0);
+    for (std::size_t b = 0; b < cols / quant_block; ++b) {
+      __m512 d[R];
+      for (int r = 0; r < R; ++r) d[r] = load_f16x16(panel[r] + b * block_bytes);
+      for (std::size_t j = 0; j < quant_block; ++j) {
+        __m512 w[R];
+        for (int r = 0; r < R; ++r) {
+          const std::byte* q = panel[r] + b * block_bytes + 2 * panel_rows + j * panel_rows;
+          const __m512i qi = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+          w[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(qi), d[r]);
+        }
+        fn(w, b * quant_block + j);
+      }
+    }
+  }
+};
+
+template <bool HasMin>
+struct VisitQ4 {
+  template <int R, class Fn>
+  static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, Fn&& fn) {
+    constexpr std::size_t block_bytes = panel_block_bytes(HasMin ? PanelEncoding::q4_1 : PanelEncoding::q4_0);
+    constexpr std::size_t q_offset = (HasMin ? 4 : 2) * panel_rows;
+    const __m512i low = _mm512_set1_epi32(15);
+    for (std::size_t b = 0; b < cols / quant_block; ++b) {
+      __m512 d[R], m[R];
+      for (int r = 0; r < R; ++r) {
+        d[r] = load_f16x16(panel[r] + b * block_bytes);
+        // q4_0: (q − 8)·d computed as fma(q, d, −8·d), which is exact in −8·d and rounds once like (q − 8)·d.
+        m[r] = HasMin ? load_f16x16(panel[r] + b * block_bytes + 2 * panel_rows) : _mm512_mul_ps(d[r], _mm512_set1_ps(-8.0f));
+      }
+      for (std::size_t j = 0; j < quant_block / 2; ++j) {
+        __m512 lo_w[R], hi_w[R];
+        for (int r = 0; r < R; ++r) {
+          const std::byte* q = panel[r] + b * block_bytes + q_offset + j * panel_rows;
+          const __m512i qi = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+          lo_w[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(qi, low)), d[r], m[r]);
+          hi_w[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(qi, 4)), d[r], m[r]);
+        }
+        fn(lo_w, b * quant_block + j);
+        fn(hi_w, b * quant_block + quant_block / 2 + j);
+      }
+    }
+  }
+};
+
+/// R panels starting at `panel` × P positions starting at x: accumulate over all columns, then store.
+template <class Visitor, int R, int P>
+void panel_kernel(const MatmulOutput& out, std::size_t panel, const float* x, std::size_t x_stride) {
+  const PackedMatrix& w = *out.weights;
+  const std::byte* panels[R];
+  for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + r);
+  __m512 acc[R][P];
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
+  Visitor::template run<R>(panels, w.cols(), [&](const __m512* wv, std::size_t k) SPECDEC_ALWAYS_INLINE_LAMBDA {
+    for (int p = 0; p < P; ++p) {
+      const __m512 xv = _mm512_set1_ps(x[p * x_stride + k]);
+      for (int r = 0; r < R; ++r) acc[r][p] = _mm512_fmadd_ps(wv[r], xv, acc[r][p]);
+    }
+  });
+  for (int r = 0; r < R; ++r) {
+    const std::size_t row0 = (panel + r) * panel_rows;
+    const std::size_t lanes = std::min(panel_rows, w.rows() - row0);
+    const __mmask16 mask = lanes == panel_rows ? __mmask16(0xFFFF) : __mmask16((1u << lanes) - 1);
+    for (int p = 0; p < P; ++p) {
+      float* y = out.y + p * out.y_stride + row0;
+      __m512 v = acc[r][p];
+      if (out.accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y), v);
+      _mm512_mask_storeu_ps(y, mask, v);
+    }
+  }
+}
+
+using KernelFn = void (*)(const MatmulOutput&, std::size_t, const float*, std::size_t);
+
+/// Kernels for R panels by P = 1..8 positions: table[P - 1].
+template <class Visitor, int R, int... P>
+constexpr std::array<KernelFn, sizeof...(P)> kernel_table(std::integer_sequence<int, P...>) {
+  return {&panel_kernel<Visitor, R, P + 1>...};
+}
+
+template <class Visitor>
+void matmul_panels_avx512(const MatmulOutput& out, std::size_t first, std::size_t last, const float* x,
+                          std::size_t x_stride, std::size_t positions) {
+  static constexpr auto wide = kernel_table<Visitor, 4>(std::make_integer_sequence<int, 2>{});
+  static constexpr auto pair = kernel_table<Visitor, 2>(std::make_integer_sequence<int, max_position_group>{});
+  static constexpr auto single = kernel_table<Visitor, 1>(std::make_integer_sequence<int, max_position_group>{});
+  constexpr std::size_t block = 4;  // panels whose weights stay in cache while every position group passes
+  for (std::size_t b = first; b < last; b += block) {
+    const std::size_t block_end = std::min(last, b + block);
+    for (std::size_t g = 0; g < group_count(positions); ++g) {
+      const std::size_t begin = group_begin(positions, g), count = group_begin(positions, g + 1) - begin;
+      const float* xg = x + begin * x_stride;
+      MatmulOutput og = out;
+      og.y = out.y + begin * out.y_stride;
+      std::size_t p = b;
+      if (count <= 2)
+        for (; p + 4 <= block_end; p += 4) wide[count - 1](og, p, xg, x_stride);
+      for (; p + 2 <= block_end; p += 2) pair[count - 1](og, p, xg, x_stride);
+      for (; p < block_end; ++p) single[count - 1](og, p, xg, x_stride);
+    }
+  }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif  // __AVX512F__
+
+/// Output panels [first, last) of `out` for all positions.
+inline void matmul_panels(const MatmulOutput& out, std::size_t first, std::size_t last, const float* x,
+                          std::size_t x_stride, std::size_t positions, bool portable) {
+#if defined(__AVX512F__)
+  if (!portable) {
+    switch (out.weights->encoding()) {
+      case PanelEncoding::f32: return matmul_panels_avx512<VisitF32>(out, first, last, x, x_stride, positions);
+      case PanelEncoding::bf16: return matmul_panels_avx512<VisitBf16>(out, first, last, x, x_stride, positions);
+      case PanelEncoding::q8_0: return matmul_panels_avx512<VisitQ8_0>(out, first, last, x, x_stride, positions);
+      case PanelEncoding::q4_0: return matmul_panels_avx512<VisitQ4<false>>(out, first, last, x, x_stride, positions);
+      case PanelEncoding::q4_1: return matmul_panels_avx512<VisitQ4<true>>(out, first, last, x, x_stride, positions);
+    }
+  }
+#endif
+  (void)portable;
+  matmul_panels_portable(out, first, last, x, x_stride, positions);
+}
+
+}  // namespace specdec::llama::detail

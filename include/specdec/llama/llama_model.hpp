@@ -1,0 +1,304 @@
+// specdec/llama/llama_model.hpp — the reference llama transformer (SmolLM2 from GGUF) and its early-exit draft.
+// Entry points: LlamaModel::load, EarlyExitDraft. Both satisfy specdec::Model.
+// Read first: llama_weights.hpp (config and weights), matmul.hpp (the batch-invariant kernel).
+//
+// Forward pass, per appended position at absolute position pos (llama.cpp's "llama" graph):
+//   x = token_embd[token]
+//   per layer:  h = RMSNorm(x)·attn_norm;  q, k, v = Wq·h, Wk·h, Wv·h;  RoPE(q, k, pos)
+//               x += Wo·concat_heads(softmax(q·Kᵀ/√head_dim over keys 0..pos)·V)      (GQA: head h uses kv head h/group)
+//               h = RMSNorm(x)·ffn_norm;  x += Wdown·(SiLU(Wgate·h) ⊙ Wup·h)
+//   logits = Wout·(RMSNorm(x)·output_norm)
+// RMSNorm(v) = v / sqrt(mean(v²) + eps). RoPE rotates adjacent pairs (2j, 2j+1) of each head by
+// θ_j = pos·base^(−2j/rope_dims), the pairing of llama.cpp's permuted GGUF Q/K rows.
+//
+// Batch invariance: every step above is computed per position (norms, RoPE, SwiGLU per row; attention per
+// query position and head over keys 0..pos in order; matrix products by matmul.hpp's kernel), so a position's
+// logits are bit-identical whether it is forwarded alone or with others, and for any thread count.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "specdec/error.hpp"
+#include "specdec/kv_cache.hpp"
+#include "specdec/llama/gguf.hpp"
+#include "specdec/llama/llama_weights.hpp"
+#include "specdec/llama/matmul.hpp"
+#include "specdec/llama/thread_pool.hpp"
+#include "specdec/model.hpp"
+#include "specdec/tensor.hpp"
+
+namespace specdec::llama {
+
+/// How LlamaModel::load prepares a model.
+struct LoadOptions {
+  WeightFormat format = WeightFormat::quantized;  // the fastest on the reference machine (see the benchmark)
+  std::size_t max_context = 2048;                 // positions the KV cache holds
+  std::size_t threads = 1;                        // threads of the model's pool; 1 runs inline
+};
+
+namespace detail {
+
+/// Sum of a[i]·b[i] in 16 interleaved partial sums and a fixed reduction tree (vectorisable, deterministic).
+inline float dot(const float* a, const float* b, std::size_t n) {
+  float lanes[16] = {};
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (std::size_t l = 0; l < 16; ++l) lanes[l] += a[i + l] * b[i + l];
+  for (; i < n; ++i) lanes[i % 16] += a[i] * b[i];
+  for (std::size_t width = 8; width > 0; width /= 2)
+    for (std::size_t l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+  return lanes[0];
+}
+
+/// The state of one running transformer: weights (shared), the first `layers` blocks, a KV cache, buffers.
+class Transformer {
+ public:
+  Transformer(std::shared_ptr<const LlamaWeights> weights, std::size_t layers, std::size_t max_context,
+              std::shared_ptr<ThreadPool> pool)
+      : weights_(std::move(weights)), pool_(std::move(pool)), layers_(layers), max_context_(max_context) {
+    if (!weights_) specdec::detail::fail("llama model needs weights, got none");
+    if (!pool_) pool_ = std::make_shared<ThreadPool>(1);
+    const LlamaConfig& c = weights_->config();
+    if (layers == 0 || layers > c.layers)
+      specdec::detail::fail("llama model runs 1 to ", c.layers, " layers, got ", layers);
+    if (max_context == 0) specdec::detail::fail("llama model needs max_context > 0, got 0");
+    kv_ = KvCache(layers, max_context, c.kv_heads * c.head_dim);
+    // RoPE table: θ_j = pos·base^(−2j/rope_dims), computed in double once.
+    const std::size_t pairs = c.rope_dims / 2;
+    rope_.resize(max_context * pairs * 2);
+    for (std::size_t pos = 0; pos < max_context; ++pos)
+      for (std::size_t j = 0; j < pairs; ++j) {
+        const double theta = double(pos) * std::pow(double(c.rope_base), -2.0 * double(j) / double(c.rope_dims));
+        rope_[(pos * pairs + j) * 2] = static_cast<float>(std::cos(theta));
+        rope_[(pos * pairs + j) * 2 + 1] = static_cast<float>(std::sin(theta));
+      }
+    scores_.resize(pool_->threads() * max_context);
+  }
+
+  const LlamaConfig& config() const { return weights_->config(); }
+  std::size_t context_size() const { return kv_.size(); }
+  std::size_t max_context() const { return max_context_; }
+  std::size_t layers() const { return layers_; }
+  void truncate(std::size_t n) { kv_.truncate(n); }
+  const std::shared_ptr<const LlamaWeights>& weights() const { return weights_; }
+  const std::shared_ptr<ThreadPool>& pool() const { return pool_; }
+
+  const Logits& forward(std::span<const Token> tokens) {
+    const LlamaConfig& c = config();
+    const std::size_t n = tokens.size(), start = kv_.size();
+    if (n > max_context_ - start)
+      specdec::detail::fail("context overflow: model holds ", start, " of max_context ", max_context_,
+                            " positions, cannot append ", n, " more");
+    for (std::size_t i = 0; i < n; ++i)
+      if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= c.vocab)
+        specdec::detail::fail("token id ", tokens[i], " at index ", i, " is outside the vocabulary of ", c.vocab,
+                              " tokens");
+    logits_.resize(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(c.vocab));
+    if (n == 0) return logits_;
+    reserve(n);
+    const std::size_t e = c.embedding, qw = c.heads * c.head_dim, kw = c.kv_heads * c.head_dim;
+    ThreadPool& pool = *pool_;
+
+    // 1. Token embeddings.                                                         x: [n, embedding]
+    for (std::size_t i = 0; i < n; ++i) weights_->token_embedding().row(static_cast<std::size_t>(tokens[i]), &x_[i * e]);
+
+    for (std::size_t l = 0; l < layers_; ++l) {
+      const LayerWeights& w = weights_->layer(l);
+      // 2. Attention: norm, Q/K/V projections (K and V straight into the cache), RoPE, attention, Wo + residual.
+      rms_norm(x_.data(), w.attn_norm.data(), h_.data(), n);
+      kv_.reserve(l, n);
+      float* keys = kv_.key_rows(l, static_cast<Eigen::Index>(start), static_cast<Eigen::Index>(n)).data();
+      float* values = kv_.value_rows(l, static_cast<Eigen::Index>(start), static_cast<Eigen::Index>(n)).data();
+      const MatmulOutput qkv[] = {{&w.q, q_.data(), qw, false}, {&w.k, keys, kw, false}, {&w.v, values, kw, false}};
+      matmul(qkv, h_.data(), e, n, pool);
+      rope(q_.data(), qw, c.heads, start, n);
+      rope(keys, kw, c.kv_heads, start, n);
+      attention(l, start, n);
+      matmul(MatmulOutput{&w.o, x_.data(), e, true}, attn_.data(), qw, n, pool);
+
+      // 3. MLP: norm, gate and up projections, SwiGLU, down projection + residual.
+      rms_norm(x_.data(), w.ffn_norm.data(), h_.data(), n);
+      const MatmulOutput gate_up[] = {{&w.gate, gate_.data(), c.ffn, false}, {&w.up, up_.data(), c.ffn, false}};
+      matmul(gate_up, h_.data(), e, n, pool);
+      for (std::size_t i = 0; i < n * c.ffn; ++i) gate_[i] = gate_[i] / (1.0f + std::exp(-gate_[i])) * up_[i];
+      matmul(MatmulOutput{&w.down, x_.data(), e, true}, gate_.data(), c.ffn, n, pool);
+    }
+
+    // 4. Final norm and output head.                                               logits: [n, vocab]
+    rms_norm(x_.data(), weights_->output_norm().data(), h_.data(), n);
+    matmul(MatmulOutput{&weights_->output(), logits_.data(), c.vocab, false}, h_.data(), e, n, pool);
+    return logits_;
+  }
+
+ private:
+  /// Grows the activation buffers to hold n positions (only when a bigger batch than ever before arrives).
+  void reserve(std::size_t n) {
+    if (n <= capacity_) return;
+    const LlamaConfig& c = config();
+    x_.resize(n * c.embedding);
+    h_.resize(n * c.embedding);
+    q_.resize(n * c.heads * c.head_dim);
+    attn_.resize(n * c.heads * c.head_dim);
+    gate_.resize(n * c.ffn);
+    up_.resize(n * c.ffn);
+    capacity_ = n;
+  }
+
+  /// out[i] = x[i] / sqrt(mean(x[i]²) + eps) · weight, per row; the sum of squares in double, in order.
+  void rms_norm(const float* x, const float* weight, float* out, std::size_t n) const {
+    const std::size_t e = config().embedding;
+    for (std::size_t i = 0; i < n; ++i) {
+      const float* row = x + i * e;
+      double sum = 0.0;
+      for (std::size_t k = 0; k < e; ++k) sum += double(row[k]) * double(row[k]);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(sum / double(e)) + config().rms_eps);
+      for (std::size_t k = 0; k < e; ++k) out[i * e + k] = (row[k] * scale) * weight[k];
+    }
+  }
+
+  /// Rotates adjacent pairs of the first rope_dims values of each head of n rows [n, stride] at start.. .
+  void rope(float* rows, std::size_t stride, std::size_t heads, std::size_t start, std::size_t n) const {
+    const LlamaConfig& c = config();
+    const std::size_t pairs = c.rope_dims / 2;
+    for (std::size_t i = 0; i < n; ++i) {
+      const float* table = &rope_[(start + i) * pairs * 2];
+      for (std::size_t h = 0; h < heads; ++h) {
+        float* v = rows + i * stride + h * c.head_dim;
+        for (std::size_t j = 0; j < pairs; ++j) {
+          const float cos = table[2 * j], sin = table[2 * j + 1], a = v[2 * j], b = v[2 * j + 1];
+          v[2 * j] = a * cos - b * sin;
+          v[2 * j + 1] = a * sin + b * cos;
+        }
+      }
+    }
+  }
+
+  /// attn_[i, head] = softmax(q·Kᵀ·scale) V over keys 0..start+i, per (position, head), split across threads.
+  void attention(std::size_t layer, std::size_t start, std::size_t n) {
+    const LlamaConfig& c = config();
+    const std::size_t qw = c.heads * c.head_dim, kw = c.kv_heads * c.head_dim, d = c.head_dim;
+    const std::size_t group = c.heads / c.kv_heads;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    const float* keys = kv_.keys(layer, start + n).data();      // [start + n, kw]
+    const float* values = kv_.values(layer, start + n).data();  // [start + n, kw]
+    pool_->run([&](std::size_t index, std::size_t count) {
+      float* scores = &scores_[index * max_context_];  // [max_context]
+      const auto [first, last] = split(n * c.heads, index, count);
+      for (std::size_t task = first; task < last; ++task) {
+        const std::size_t i = task / c.heads, h = task % c.heads, keys_seen = start + i + 1;
+        const float* q = &q_[i * qw + h * d];
+        const std::size_t kv_offset = (h / group) * d;
+        float max = -std::numeric_limits<float>::infinity();
+        for (std::size_t j = 0; j < keys_seen; ++j) {
+          scores[j] = dot(q, keys + j * kw + kv_offset, d) * scale;
+          max = std::max(max, scores[j]);
+        }
+        float sum = 0.0f;
+        for (std::size_t j = 0; j < keys_seen; ++j) {
+          scores[j] = std::exp(scores[j] - max);
+          sum += scores[j];
+        }
+        float* out = &attn_[i * qw + h * d];
+        std::fill(out, out + d, 0.0f);
+        for (std::size_t j = 0; j < keys_seen; ++j) {
+          const float* v = values + j * kw + kv_offset;
+          for (std::size_t k = 0; k < d; ++k) out[k] += scores[j] * v[k];
+        }
+        const float inv = 1.0f / sum;
+        for (std::size_t k = 0; k < d; ++k) out[k] *= inv;
+      }
+    });
+  }
+
+  std::shared_ptr<const LlamaWeights> weights_;
+  std::shared_ptr<ThreadPool> pool_;
+  std::size_t layers_;
+  std::size_t max_context_;
+  KvCache kv_;                 // [layers][max_context, kv_heads·head_dim], keys after RoPE
+  std::vector<float> rope_;    // [max_context, rope_dims / 2, (cos, sin)]
+  std::vector<float> scores_;  // [threads, max_context]: attention scratch per thread
+  std::size_t capacity_ = 0;   // positions the buffers below hold
+  std::vector<float> x_;       // [capacity, embedding]: the residual stream
+  std::vector<float> h_;       // [capacity, embedding]: normed input of a block
+  std::vector<float> q_;       // [capacity, heads·head_dim]
+  std::vector<float> attn_;    // [capacity, heads·head_dim]: concatenated head outputs
+  std::vector<float> gate_;    // [capacity, ffn]: gate projection, then SwiGLU output
+  std::vector<float> up_;      // [capacity, ffn]
+  Logits logits_;              // [n, vocab] of the last forward call
+};
+
+}  // namespace detail
+
+/// The reference llama transformer. Keeps its context in a KV cache; forward appends, truncate rolls back.
+///
+///   auto model = specdec::llama::LlamaModel::load("models/SmolLM2-135M-Instruct.Q4_1.gguf", {.threads = 2});
+///   const specdec::Logits& logits = model.forward(prompt_tokens);  // [prompt size, 49152]
+class LlamaModel {
+ public:
+  /// Opens a GGUF file and loads it in options.format. Throws specdec::Error on unreadable files,
+  /// missing keys or tensors, and tensor shapes that disagree with the hyperparameters.
+  static LlamaModel load(const std::filesystem::path& path, const LoadOptions& options = {}) {
+    const gguf::File file = gguf::File::open(path);
+    return LlamaModel(LlamaWeights::load(file, options.format), options.max_context,
+                      std::make_shared<ThreadPool>(options.threads));
+  }
+
+  /// A model over shared weights with its own KV cache of max_context positions, running on `pool`
+  /// (which a draft may share; nullptr means one thread). requires: weights != nullptr, max_context > 0.
+  LlamaModel(std::shared_ptr<const LlamaWeights> weights, std::size_t max_context, std::shared_ptr<ThreadPool> pool)
+      : state_(weights, weights ? weights->config().layers : 0, max_context, std::move(pool)) {}
+
+  std::size_t vocab_size() const { return state_.config().vocab; }
+  /// Tokens held in the context.
+  std::size_t context_size() const { return state_.context_size(); }
+  /// Appends tokens; returns the logits of each appended position, [tokens.size(), vocab_size()], valid until
+  /// the next call. Throws specdec::Error for ids outside the vocabulary or when the context would exceed
+  /// max_context(); the model is unchanged then.
+  const Logits& forward(std::span<const Token> tokens) { return state_.forward(tokens); }
+  /// Keeps the first n tokens of the context, in O(layers).
+  void truncate(std::size_t n) { state_.truncate(n); }
+
+  const LlamaConfig& config() const { return state_.config(); }
+  std::size_t max_context() const { return state_.max_context(); }
+  WeightFormat format() const { return state_.weights()->format(); }
+  const std::shared_ptr<const LlamaWeights>& weights() const { return state_.weights(); }
+  const std::shared_ptr<ThreadPool>& pool() const { return state_.pool(); }
+  /// Weight bytes a forward call streams (all layers and the output head).
+  std::size_t weight_bytes_per_forward() const { return state_.weights()->bytes_per_forward(state_.layers()); }
+
+ private:
+  detail::Transformer state_;
+};
+
+/// A draft made of the target's first `layers` blocks followed by its final norm and output head. Shares the
+/// target's weights (no copy) and thread pool; has its own KV cache of the target's max_context positions.
+class EarlyExitDraft {
+ public:
+  /// requires: 1 <= layers <= target.config().layers. The target must not run concurrently with the draft.
+  EarlyExitDraft(const LlamaModel& target, std::size_t layers)
+      : state_(target.weights(), layers, target.max_context(), target.pool()) {}
+
+  std::size_t vocab_size() const { return state_.config().vocab; }
+  std::size_t context_size() const { return state_.context_size(); }
+  const Logits& forward(std::span<const Token> tokens) { return state_.forward(tokens); }
+  void truncate(std::size_t n) { state_.truncate(n); }
+
+  std::size_t layers() const { return state_.layers(); }
+  std::size_t max_context() const { return state_.max_context(); }
+  std::size_t weight_bytes_per_forward() const { return state_.weights()->bytes_per_forward(state_.layers()); }
+
+ private:
+  detail::Transformer state_;
+};
+
+static_assert(specdec::Model<LlamaModel>);
+static_assert(specdec::Model<EarlyExitDraft>);
+
+}  // namespace specdec::llama

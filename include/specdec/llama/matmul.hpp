@@ -1,0 +1,51 @@
+// specdec/llama/matmul.hpp — the one batch-invariant matrix kernel: y = W·x for 1..n positions at once.
+// Entry point: matmul. Read first: packed_matrix.hpp (weight layouts). Read next: llama_model.hpp.
+//
+// Batch invariance: y[p, r] = Σ_k W[r, k]·x[p, k] is accumulated in one register lane per (row, position), from
+// zero, with one fused multiply-add per k in a fixed k order that depends only on the encoding. How many
+// positions share a pass over the weights, how many panels a step covers and which thread owns a row change
+// only which registers hold the accumulators, never their operation sequence; the reduction dimension is
+// never split. So a position's output is bit-identical for any number of positions and threads.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <span>
+
+#include "specdec/llama/detail/matmul_kernels.hpp"
+#include "specdec/llama/packed_matrix.hpp"
+#include "specdec/llama/thread_pool.hpp"
+
+namespace specdec::llama {
+
+/// Computes every output in `outputs` from the same inputs x: [positions, x_stride] row-major, first cols()
+/// values of each row used. All weights need the same cols. Parallel over output panels only; the result
+/// does not depend on `positions` grouping or on the pool's thread count. `portable` forces the scalar path.
+/// requires: x and the outputs do not overlap.
+inline void matmul(std::span<const MatmulOutput> outputs, const float* x, std::size_t x_stride,
+                   std::size_t positions, ThreadPool& pool, bool portable = false) {
+  if (positions == 0 || outputs.empty()) return;
+  std::size_t total = 0;
+  for (const auto& out : outputs) {
+    SPECDEC_ASSERT(out.weights->cols() == outputs.front().weights->cols());
+    total += out.weights->panels();
+  }
+  pool.run([&](std::size_t index, std::size_t count) {
+    auto [begin, end] = split(total, index, count);
+    std::size_t first = 0;  // global index of the current output's first panel
+    for (const auto& out : outputs) {
+      const std::size_t panels = out.weights->panels();
+      const std::size_t lo = std::max(begin, first), hi = std::min(end, first + panels);
+      if (lo < hi) detail::matmul_panels(out, lo - first, hi - first, x, x_stride, positions, portable);
+      first += panels;
+    }
+  });
+}
+
+/// Single-output convenience form of matmul.
+inline void matmul(const MatmulOutput& output, const float* x, std::size_t x_stride, std::size_t positions,
+                   ThreadPool& pool, bool portable = false) {
+  matmul(std::span<const MatmulOutput>(&output, 1), x, x_stride, positions, pool, portable);
+}
+
+}  // namespace specdec::llama

@@ -1,0 +1,229 @@
+// specdec/llama/packed_matrix.hpp — weight matrices repacked at load time for the batch-invariant kernel.
+// Entry point: PackedMatrix. Read next: matmul.hpp (the kernel and why it is batch-invariant).
+//
+// Layout: a matrix of `rows` outputs and `cols` inputs is cut into panels of 16 rows (the last one padded with
+// zero rows). Inside a panel, for each input index k the 16 rows' weights are contiguous, so one vector load
+// gives 16 output rows' weights for one k and y[16 rows] accumulates over k in one register:
+//   f32   [cols][16] floats                         bf16 [cols][16] bf16 (upper halves of floats)
+//   q8_0  per 32-column block: d[16] f16, q[32][16] int8                     (w = q·d)
+//   q4_0  per 32-column block: d[16] f16, q[16][16] nibble pairs             (w = (q − 8)·d)
+//   q4_1  per 32-column block: d[16] f16, m[16] f16, q[16][16] nibble pairs  (w = q·d + m)
+// where a nibble-pair byte j holds column j (low nibble) and column j + 16 (high nibble), as in GGUF.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "specdec/error.hpp"
+#include "specdec/llama/quant.hpp"
+
+namespace specdec::llama {
+
+/// The in-memory weight format chosen at load time.
+enum class WeightFormat {
+  f32,        ///< the GGUF weights dequantised to float, exactly
+  bf16,       ///< the dequantised weights rounded to bfloat16 (half the bytes of f32)
+  quantized,  ///< Q4_0 / Q4_1 / Q8_0 blocks kept as they are and dequantised inside the kernel; other tensor types as f32
+};
+
+inline std::string_view to_string(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::f32: return "f32";
+    case WeightFormat::bf16: return "bf16";
+    case WeightFormat::quantized: return "quantized";
+  }
+  return "unknown";
+}
+
+/// How one packed matrix stores its weights (see the layout table at the top of this file).
+enum class PanelEncoding { f32, bf16, q8_0, q4_0, q4_1 };
+
+inline constexpr std::size_t panel_rows = 16;   // output rows per panel: one AVX-512 register of floats
+inline constexpr std::size_t quant_block = 32;  // columns per Q4_0 / Q4_1 / Q8_0 block
+
+namespace detail {
+
+inline std::uint16_t load_u16(const std::byte* p) {
+  std::uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+/// Bytes of one 32-column block of one panel, for the block encodings.
+constexpr std::size_t panel_block_bytes(PanelEncoding e) {
+  switch (e) {
+    case PanelEncoding::q8_0: return 2 * panel_rows + quant_block * panel_rows;
+    case PanelEncoding::q4_0: return 2 * panel_rows + quant_block / 2 * panel_rows;
+    case PanelEncoding::q4_1: return 4 * panel_rows + quant_block / 2 * panel_rows;
+    default: return 0;
+  }
+}
+
+/// Calls visit(w, k) with the 16 rows' weights w[16] of column k, for every column of one panel, in the
+/// kernel's accumulation order. The portable path of the kernel and PackedMatrix::row use it.
+template <class Visit>
+void visit_panel(const std::byte* panel, PanelEncoding encoding, std::size_t cols, Visit&& visit) {
+  float w[panel_rows], hi[panel_rows], d[panel_rows], m[panel_rows];
+  const std::size_t blocks = cols / quant_block;
+  const std::size_t block_bytes = panel_block_bytes(encoding);
+  switch (encoding) {
+    case PanelEncoding::f32:
+      for (std::size_t k = 0; k < cols; ++k) {
+        std::memcpy(w, panel + k * panel_rows * 4, sizeof w);
+        visit(w, k);
+      }
+      return;
+    case PanelEncoding::bf16:
+      for (std::size_t k = 0; k < cols; ++k) {
+        for (std::size_t l = 0; l < panel_rows; ++l) w[l] = gguf::bf16_to_float(load_u16(panel + (k * panel_rows + l) * 2));
+        visit(w, k);
+      }
+      return;
+    case PanelEncoding::q8_0:
+      for (std::size_t b = 0; b < blocks; ++b) {
+        const std::byte* block = panel + b * block_bytes;
+        for (std::size_t l = 0; l < panel_rows; ++l) d[l] = gguf::fp16_to_float(load_u16(block + 2 * l));
+        for (std::size_t j = 0; j < quant_block; ++j) {
+          for (std::size_t l = 0; l < panel_rows; ++l)
+            w[l] = static_cast<float>(static_cast<std::int8_t>(block[2 * panel_rows + j * panel_rows + l])) * d[l];
+          visit(w, b * quant_block + j);
+        }
+      }
+      return;
+    case PanelEncoding::q4_0:
+    case PanelEncoding::q4_1: {
+      const bool has_min = encoding == PanelEncoding::q4_1;
+      const std::size_t q_offset = (has_min ? 4 : 2) * panel_rows;
+      for (std::size_t b = 0; b < blocks; ++b) {
+        const std::byte* block = panel + b * block_bytes;
+        for (std::size_t l = 0; l < panel_rows; ++l) {
+          d[l] = gguf::fp16_to_float(load_u16(block + 2 * l));
+          m[l] = has_min ? gguf::fp16_to_float(load_u16(block + 2 * panel_rows + 2 * l)) : -8.0f * d[l];
+        }
+        for (std::size_t j = 0; j < quant_block / 2; ++j) {
+          for (std::size_t l = 0; l < panel_rows; ++l) {
+            const auto q = static_cast<unsigned>(block[q_offset + j * panel_rows + l]);
+            w[l] = static_cast<float>(q & 15u) * d[l] + m[l];
+            hi[l] = static_cast<float>(q >> 4) * d[l] + m[l];
+          }
+          visit(w, b * quant_block + j);
+          visit(hi, b * quant_block + quant_block / 2 + j);
+        }
+      }
+      return;
+    }
+  }
+}
+
+/// 64-byte aligned storage unit, so that panels start on cache lines.
+struct alignas(64) CacheLine {
+  std::byte bytes[64];
+};
+
+}  // namespace detail
+
+/// A weight matrix [rows, cols] (y = W·x maps cols inputs to rows outputs) repacked into 16-row panels.
+/// Immutable after construction; shared freely between models.
+class PackedMatrix {
+ public:
+  PackedMatrix() = default;
+
+  /// Packs float rows: row_fn(r, out) writes the cols values of row r to out. requires: encoding is f32 or bf16.
+  template <class RowFn>
+  static PackedMatrix from_rows(std::size_t rows, std::size_t cols, PanelEncoding encoding, RowFn&& row_fn) {
+    if (encoding != PanelEncoding::f32 && encoding != PanelEncoding::bf16)
+      specdec::detail::fail("packed matrix from float rows needs f32 or bf16 encoding");
+    PackedMatrix m(rows, cols, encoding);
+    std::vector<float> row(cols);
+    for (std::size_t r = 0; r < rows; ++r) {
+      row_fn(r, row.data());
+      std::byte* panel = m.panel_data(r / panel_rows);
+      const std::size_t lane = r % panel_rows;
+      for (std::size_t k = 0; k < cols; ++k) {
+        if (encoding == PanelEncoding::f32) {
+          std::memcpy(panel + (k * panel_rows + lane) * 4, &row[k], 4);
+        } else {
+          const std::uint16_t h = gguf::float_to_bf16(row[k]);
+          std::memcpy(panel + (k * panel_rows + lane) * 2, &h, 2);
+        }
+      }
+    }
+    return m;
+  }
+
+  /// Packs GGUF quant blocks: `data` holds `rows` rows of cols / 32 consecutive Q8_0, Q4_0 or Q4_1 blocks.
+  static PackedMatrix from_blocks(std::size_t rows, std::size_t cols, PanelEncoding encoding, const std::byte* data) {
+    if (encoding == PanelEncoding::f32 || encoding == PanelEncoding::bf16)
+      specdec::detail::fail("packed matrix from quant blocks needs a block encoding");
+    if (cols % quant_block != 0) specdec::detail::fail("quantized matrix needs cols divisible by 32, got ", cols);
+    PackedMatrix m(rows, cols, encoding);
+    const bool has_min = encoding == PanelEncoding::q4_1;
+    const std::size_t scales = has_min ? 2 : 1;  // f16 values before the quants in a GGUF block
+    const std::size_t quant_bytes = encoding == PanelEncoding::q8_0 ? quant_block : quant_block / 2;
+    const std::size_t gguf_block = 2 * scales + quant_bytes;
+    const std::size_t block_bytes = detail::panel_block_bytes(encoding);
+    const std::size_t blocks = cols / quant_block;
+    for (std::size_t r = 0; r < rows; ++r) {
+      std::byte* panel = m.panel_data(r / panel_rows);
+      const std::size_t lane = r % panel_rows;
+      for (std::size_t b = 0; b < blocks; ++b) {
+        const std::byte* src = data + (r * blocks + b) * gguf_block;
+        std::byte* dst = panel + b * block_bytes;
+        for (std::size_t s = 0; s < scales; ++s) std::memcpy(dst + (s * panel_rows + lane) * 2, src + 2 * s, 2);
+        for (std::size_t j = 0; j < quant_bytes; ++j)
+          dst[2 * scales * panel_rows + j * panel_rows + lane] = src[2 * scales + j];
+      }
+    }
+    return m;
+  }
+
+  std::size_t rows() const { return rows_; }
+  std::size_t cols() const { return cols_; }
+  PanelEncoding encoding() const { return encoding_; }
+  std::size_t panels() const { return (rows_ + panel_rows - 1) / panel_rows; }
+  std::size_t panel_bytes() const { return panel_bytes_; }
+  /// Weight bytes a product streams: all panels once.
+  std::size_t bytes() const { return panels() * panel_bytes_; }
+  const std::byte* panel(std::size_t p) const { return storage_.front().bytes + p * panel_bytes_; }
+
+  /// Writes the (dequantised) weights of row r to out[0 .. cols). requires: r < rows().
+  void row(std::size_t r, float* out) const {
+    const std::size_t lane = r % panel_rows;
+    detail::visit_panel(panel(r / panel_rows), encoding_, cols_,
+                        [&](const float* w, std::size_t k) { out[k] = w[lane]; });
+  }
+
+ private:
+  PackedMatrix(std::size_t rows, std::size_t cols, PanelEncoding encoding)
+      : rows_(rows), cols_(cols), encoding_(encoding) {
+    switch (encoding) {
+      case PanelEncoding::f32: panel_bytes_ = cols * panel_rows * 4; break;
+      case PanelEncoding::bf16: panel_bytes_ = cols * panel_rows * 2; break;
+      default: panel_bytes_ = cols / quant_block * detail::panel_block_bytes(encoding);
+    }
+    storage_.assign((panels() * panel_bytes_ + 63) / 64 + 1, detail::CacheLine{});
+  }
+  std::byte* panel_data(std::size_t p) { return storage_.front().bytes + p * panel_bytes_; }
+
+  std::size_t rows_ = 0;
+  std::size_t cols_ = 0;
+  PanelEncoding encoding_ = PanelEncoding::f32;
+  std::size_t panel_bytes_ = 0;
+  std::vector<detail::CacheLine> storage_;  // [panels][panel_bytes], zero-padded
+};
+
+/// One output of a matmul call: y[p, r] (+)= Σ_k W[r, k]·x[p, k] for r < w->rows(), p < positions.
+struct MatmulOutput {
+  const PackedMatrix* weights = nullptr;
+  float* y = nullptr;            // [positions, y_stride], row-major
+  std::size_t y_stride = 0;      // floats between consecutive positions' rows
+  bool accumulate = false;       // add to y (a residual connection) instead of overwriting it
+};
+
+}  // namespace specdec::llama

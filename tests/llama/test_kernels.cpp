@@ -1,0 +1,190 @@
+// Tests of the thread pool, the packed weight formats and the batch-invariant matrix kernel.
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "specdec/llama/matmul.hpp"
+
+namespace {
+
+using specdec::llama::MatmulOutput;
+using specdec::llama::PackedMatrix;
+using specdec::llama::PanelEncoding;
+using specdec::llama::ThreadPool;
+
+std::uint16_t fp16_bits(std::mt19937& rng, bool allow_negative) {
+  // Normal half floats with exponents around 2^-6 .. 2^-4: the range of real quant scales.
+  std::uint16_t bits = static_cast<std::uint16_t>((9u << 10) + rng() % (3u << 10));
+  if (allow_negative && rng() % 2) bits |= 0x8000;
+  return bits;
+}
+
+/// Random GGUF quant blocks for `rows` rows of `cols` columns.
+std::vector<std::byte> random_blocks(PanelEncoding encoding, std::size_t rows, std::size_t cols, std::mt19937& rng) {
+  const std::size_t blocks = rows * cols / 32;
+  std::vector<std::byte> data;
+  for (std::size_t b = 0; b < blocks; ++b) {
+    auto put16 = [&](std::uint16_t v) {
+      data.push_back(std::byte(v & 0xFF));
+      data.push_back(std::byte(v >> 8));
+    };
+    put16(fp16_bits(rng, false));
+    if (encoding == PanelEncoding::q4_1) put16(fp16_bits(rng, true));
+    const std::size_t quant_bytes = encoding == PanelEncoding::q8_0 ? 32 : 16;
+    for (std::size_t j = 0; j < quant_bytes; ++j) data.push_back(std::byte(rng() & 0xFF));
+  }
+  return data;
+}
+
+specdec::gguf::TensorType gguf_type(PanelEncoding e) {
+  switch (e) {
+    case PanelEncoding::q8_0: return specdec::gguf::TensorType::Q8_0;
+    case PanelEncoding::q4_0: return specdec::gguf::TensorType::Q4_0;
+    default: return specdec::gguf::TensorType::Q4_1;
+  }
+}
+
+struct TestMatrix {
+  PackedMatrix packed;
+  std::vector<float> dense;  // [rows, cols]: the dequantised weights from the reference dequantiser
+};
+
+TestMatrix random_matrix(PanelEncoding encoding, std::size_t rows, std::size_t cols, unsigned seed) {
+  std::mt19937 rng(seed);
+  TestMatrix m;
+  m.dense.resize(rows * cols);
+  if (encoding == PanelEncoding::f32 || encoding == PanelEncoding::bf16) {
+    std::normal_distribution<float> normal(0.0f, 0.5f);
+    for (auto& v : m.dense) v = normal(rng);
+    m.packed = PackedMatrix::from_rows(rows, cols, encoding, [&](std::size_t r, float* out) {
+      std::copy_n(m.dense.data() + r * cols, cols, out);
+    });
+    if (encoding == PanelEncoding::bf16)
+      for (auto& v : m.dense) v = specdec::gguf::bf16_to_float(specdec::gguf::float_to_bf16(v));
+  } else {
+    const auto blocks = random_blocks(encoding, rows, cols, rng);
+    m.packed = PackedMatrix::from_blocks(rows, cols, encoding, blocks.data());
+    const std::size_t row_bytes = blocks.size() / rows;
+    for (std::size_t r = 0; r < rows; ++r)
+      specdec::gguf::dequantize_row(gguf_type(encoding), blocks.data() + r * row_bytes, m.dense.data() + r * cols, cols);
+  }
+  return m;
+}
+
+std::vector<float> random_inputs(std::size_t positions, std::size_t cols, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(positions * cols);
+  for (auto& v : x) v = normal(rng);
+  return x;
+}
+
+const PanelEncoding all_encodings[] = {PanelEncoding::f32, PanelEncoding::bf16, PanelEncoding::q8_0,
+                                       PanelEncoding::q4_0, PanelEncoding::q4_1};
+
+}  // namespace
+
+TEST_CASE("the thread pool runs every index once per job, many jobs in a row", "[kernels]") {
+  for (std::size_t threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    REQUIRE(pool.threads() == threads);
+    std::vector<std::atomic<int>> hits(threads);
+    for (int job = 0; job < 2000; ++job)
+      pool.run([&](std::size_t index, std::size_t count) {
+        REQUIRE(count == threads);
+        hits[index].fetch_add(1);
+      });
+    for (auto& h : hits) REQUIRE(h.load() == 2000);
+  }
+}
+
+TEST_CASE("split covers a range exactly once in grain-sized shares", "[kernels]") {
+  for (std::size_t total : {0, 1, 7, 16, 100, 3072})
+    for (std::size_t parts : {1, 2, 3, 5}) {
+      std::size_t expected_begin = 0;
+      for (std::size_t i = 0; i < parts; ++i) {
+        auto [begin, end] = specdec::llama::split(total, i, parts, 4);
+        REQUIRE(begin == expected_begin);
+        REQUIRE(end >= begin);
+        if (end < total) REQUIRE(end % 4 == 0);
+        expected_begin = end;
+      }
+      REQUIRE(expected_begin == total);
+    }
+}
+
+TEST_CASE("a packed matrix gives back the dequantised rows it was built from", "[kernels]") {
+  for (auto encoding : all_encodings) {
+    CAPTURE(static_cast<int>(encoding));
+    const auto m = random_matrix(encoding, 37, 96, 11);
+    std::vector<float> row(96);
+    for (std::size_t r = 0; r < 37; ++r) {
+      m.packed.row(r, row.data());
+      for (std::size_t k = 0; k < 96; ++k) REQUIRE(row[k] == Approx(m.dense[r * 96 + k]).margin(1e-6));
+    }
+  }
+}
+
+TEST_CASE("matmul matches a double-precision reference for every encoding and kernel path", "[kernels]") {
+  ThreadPool pool(2);
+  const std::size_t rows = 83, cols = 160;  // rows not a multiple of 16: exercises the padded last panel
+  for (auto encoding : all_encodings)
+    for (bool portable : {false, true})
+      for (std::size_t n : {1, 2, 3, 5, 9, 16}) {
+        CAPTURE(static_cast<int>(encoding), portable, n);
+        const auto m = random_matrix(encoding, rows, cols, 5);
+        const auto x = random_inputs(n, cols, 7);
+        std::vector<float> y(n * rows, 0.0f);
+        specdec::llama::matmul(MatmulOutput{&m.packed, y.data(), rows, false}, x.data(), cols, n, pool, portable);
+        for (std::size_t p = 0; p < n; ++p)
+          for (std::size_t r = 0; r < rows; ++r) {
+            double expected = 0.0, magnitude = 0.0;
+            for (std::size_t k = 0; k < cols; ++k) {
+              expected += double(m.dense[r * cols + k]) * x[p * cols + k];
+              magnitude += std::abs(double(m.dense[r * cols + k]) * x[p * cols + k]);
+            }
+            REQUIRE(std::abs(y[p * rows + r] - expected) <= 1e-5 * magnitude + 1e-6);
+          }
+      }
+}
+
+TEST_CASE("matmul of n positions is bit-identical to n single-position products, any thread count", "[kernels]") {
+  const std::size_t rows = 200, cols = 128;
+  for (auto encoding : all_encodings)
+    for (bool portable : {false, true}) {
+      const auto m = random_matrix(encoding, rows, cols, 17);
+      const auto x = random_inputs(16, cols, 19);
+      std::vector<float> single(16 * rows);
+      ThreadPool one(1);
+      for (std::size_t p = 0; p < 16; ++p)
+        specdec::llama::matmul(MatmulOutput{&m.packed, single.data() + p * rows, rows, false}, x.data() + p * cols,
+                               cols, 1, one, portable);
+      for (std::size_t threads : {1, 2, 3}) {
+        ThreadPool pool(threads);
+        for (std::size_t n = 1; n <= 16; ++n) {
+          CAPTURE(static_cast<int>(encoding), portable, threads, n);
+          std::vector<float> batch(n * rows);
+          specdec::llama::matmul(MatmulOutput{&m.packed, batch.data(), rows, false}, x.data(), cols, n, pool, portable);
+          REQUIRE(std::memcmp(batch.data(), single.data(), n * rows * sizeof(float)) == 0);
+        }
+      }
+    }
+}
+
+TEST_CASE("matmul with several outputs and accumulation equals separate products plus the old values", "[kernels]") {
+  ThreadPool pool(2);
+  const std::size_t cols = 64;
+  const auto a = random_matrix(PanelEncoding::q4_1, 48, cols, 1);
+  const auto b = random_matrix(PanelEncoding::f32, 20, cols, 2);
+  const auto x = random_inputs(3, cols, 3);
+  std::vector<float> ya(3 * 48, 0.0f), yb(3 * 20, 1.5f), sa(3 * 48), sb(3 * 20);
+  const MatmulOutput outputs[] = {{&a.packed, ya.data(), 48, false}, {&b.packed, yb.data(), 20, true}};
+  specdec::llama::matmul(outputs, x.data(), cols, 3, pool);
+  specdec::llama::matmul(MatmulOutput{&a.packed, sa.data(), 48, false}, x.data(), cols, 3, pool);
+  specdec::llama::matmul(MatmulOutput{&b.packed, sb.data(), 20, false}, x.data(), cols, 3, pool);
+  REQUIRE(ya == sa);
+  for (std::size_t i = 0; i < sb.size(); ++i) REQUIRE(yb[i] == 1.5f + sb[i]);
+}

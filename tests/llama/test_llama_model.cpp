@@ -1,0 +1,358 @@
+// Tests of the llama forward pass: a tiny random llama written with the GGUF test writer, checked against a
+// naive double-precision reference and for batch invariance, and the real SmolLM2 file end to end.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "specdec/llama/llama_model.hpp"
+#include "support/gguf_writer.hpp"
+
+namespace {
+
+using specdec::Token;
+using specdec::llama::EarlyExitDraft;
+using specdec::llama::LlamaConfig;
+using specdec::llama::LlamaModel;
+using specdec::llama::LlamaWeights;
+using specdec::llama::ThreadPool;
+using specdec::llama::WeightFormat;
+using specdec::testing::GgufWriter;
+using TT = specdec::gguf::TensorType;
+
+const WeightFormat all_formats[] = {WeightFormat::f32, WeightFormat::bf16, WeightFormat::quantized};
+
+struct TinyOptions {
+  bool separate_output = false;  // write output.weight instead of tying the head to token_embd
+  std::string skip;              // a tensor name to leave out
+  std::string bad_shape;         // a tensor name to write with a wrong shape
+};
+
+TinyOptions separate_output(bool separate) { return TinyOptions{separate, "", ""}; }
+TinyOptions skipping(std::string name) { return TinyOptions{false, std::move(name), ""}; }
+TinyOptions misshaping(std::string name) { return TinyOptions{false, "", std::move(name)}; }
+
+/// A random llama with SmolLM2's structure at toy size: 2 layers, 4 query heads over 2 kv heads of 16 dims.
+std::vector<std::byte> tiny_llama(const TinyOptions& options = {}) {
+  const std::uint32_t vocab = 96, e = 64, layers = 2, heads = 4, kv_heads = 2, head_dim = 16, ffn = 96;
+  std::mt19937 rng(42);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  GgufWriter w;
+  w.add_string("general.architecture", "llama");
+  w.add_uint32("llama.context_length", 256);
+  w.add_uint32("llama.embedding_length", e);
+  w.add_uint32("llama.block_count", layers);
+  w.add_uint32("llama.feed_forward_length", ffn);
+  w.add_uint32("llama.attention.head_count", heads);
+  w.add_uint32("llama.attention.head_count_kv", kv_heads);
+  w.add_uint32("llama.rope.dimension_count", head_dim);
+  w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.add_float32("llama.rope.freq_base", 10000.0f);
+  w.add_uint32("llama.vocab_size", vocab);
+  auto add = [&](const std::string& name, std::vector<std::uint64_t> dims, TT type, float scale) {
+    if (name == options.skip) return;
+    if (name == options.bad_shape) dims[0] += 32;
+    std::size_t count = 1;
+    for (auto d : dims) count *= d;
+    std::vector<float> values(count);
+    for (auto& v : values) v = (type == TT::F32 ? 1.0f : 0.0f) + scale * normal(rng);
+    w.add_tensor_quantized(name, dims, type, values);
+  };
+  add("token_embd.weight", {e, vocab}, TT::Q8_0, 1.0f);
+  for (std::uint32_t l = 0; l < layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    add(p + "attn_norm.weight", {e}, TT::F32, 0.1f);
+    add(p + "attn_q.weight", {e, heads * head_dim}, TT::Q4_1, 0.3f);
+    add(p + "attn_k.weight", {e, kv_heads * head_dim}, TT::Q4_0, 0.3f);
+    add(p + "attn_v.weight", {e, kv_heads * head_dim}, TT::BF16, 0.3f);
+    add(p + "attn_output.weight", {heads * head_dim, e}, TT::F16, 0.1f);
+    add(p + "ffn_norm.weight", {e}, TT::F32, 0.1f);
+    add(p + "ffn_gate.weight", {e, ffn}, TT::Q4_1, 0.2f);
+    add(p + "ffn_up.weight", {e, ffn}, TT::Q8_0, 0.2f);
+    add(p + "ffn_down.weight", {ffn, e}, TT::Q4_1, 0.1f);
+  }
+  add("output_norm.weight", {e}, TT::F32, 0.1f);
+  if (options.separate_output) add("output.weight", {e, vocab}, TT::F32, 0.2f);
+  return w.finish();
+}
+
+std::shared_ptr<const LlamaWeights> tiny_weights(WeightFormat format, const TinyOptions& options = {}) {
+  const auto file = specdec::gguf::File::from_bytes(tiny_llama(options), "tiny.gguf");
+  return LlamaWeights::load(file, format);
+}
+
+/// Naive double-precision forward of a whole sequence from the file's dequantised tensors: [tokens, vocab].
+std::vector<std::vector<double>> reference_forward(const specdec::gguf::File& file, const std::vector<Token>& tokens,
+                                                   std::size_t layers) {
+  const LlamaConfig c = LlamaConfig::from_gguf(file);
+  auto tensor = [&](const std::string& name) {
+    const auto values = specdec::gguf::dequantize(file.tensor(name));
+    return std::vector<double>(values.begin(), values.end());
+  };
+  auto matvec = [](const std::vector<double>& w, const std::vector<double>& x) {  // w: [rows, x.size()]
+    std::vector<double> y(w.size() / x.size(), 0.0);
+    for (std::size_t r = 0; r < y.size(); ++r)
+      for (std::size_t k = 0; k < x.size(); ++k) y[r] += w[r * x.size() + k] * x[k];
+    return y;
+  };
+  auto norm = [&](const std::vector<double>& x, const std::vector<double>& g) {
+    double ss = 0;
+    for (double v : x) ss += v * v;
+    const double s = 1.0 / std::sqrt(ss / double(x.size()) + c.rms_eps);
+    std::vector<double> y(x.size());
+    for (std::size_t k = 0; k < x.size(); ++k) y[k] = x[k] * s * g[k];
+    return y;
+  };
+  auto rope = [&](std::vector<double>& v, std::size_t pos) {
+    for (std::size_t h = 0; h < v.size() / c.head_dim; ++h)
+      for (std::size_t j = 0; j < c.rope_dims / 2; ++j) {
+        const double theta = double(pos) * std::pow(double(c.rope_base), -2.0 * double(j) / double(c.rope_dims));
+        double& a = v[h * c.head_dim + 2 * j];
+        double& b = v[h * c.head_dim + 2 * j + 1];
+        const double a0 = a, b0 = b;
+        a = a0 * std::cos(theta) - b0 * std::sin(theta);
+        b = a0 * std::sin(theta) + b0 * std::cos(theta);
+      }
+  };
+  const auto embd = tensor("token_embd.weight");
+  const auto out_w = file.find_tensor("output.weight") ? tensor("output.weight") : embd;
+  std::vector<std::vector<double>> xs;
+  for (Token t : tokens) xs.emplace_back(embd.begin() + t * c.embedding, embd.begin() + (t + 1) * c.embedding);
+  for (std::size_t l = 0; l < layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const auto an = tensor(p + "attn_norm.weight"), wq = tensor(p + "attn_q.weight"), wk = tensor(p + "attn_k.weight"),
+               wv = tensor(p + "attn_v.weight"), wo = tensor(p + "attn_output.weight"), fn = tensor(p + "ffn_norm.weight"),
+               wg = tensor(p + "ffn_gate.weight"), wu = tensor(p + "ffn_up.weight"), wd = tensor(p + "ffn_down.weight");
+    std::vector<std::vector<double>> qs, ks, vs;
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      const auto h = norm(xs[i], an);
+      qs.push_back(matvec(wq, h)), ks.push_back(matvec(wk, h)), vs.push_back(matvec(wv, h));
+      rope(qs.back(), i), rope(ks.back(), i);
+    }
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      std::vector<double> concat(c.heads * c.head_dim, 0.0);
+      for (std::size_t h = 0; h < c.heads; ++h) {
+        const std::size_t g = h / (c.heads / c.kv_heads);
+        std::vector<double> s(i + 1);
+        double max = -1e300, sum = 0;
+        for (std::size_t j = 0; j <= i; ++j) {
+          s[j] = 0;
+          for (std::size_t d = 0; d < c.head_dim; ++d) s[j] += qs[i][h * c.head_dim + d] * ks[j][g * c.head_dim + d];
+          s[j] /= std::sqrt(double(c.head_dim));
+          max = std::max(max, s[j]);
+        }
+        for (auto& v : s) sum += (v = std::exp(v - max));
+        for (std::size_t j = 0; j <= i; ++j)
+          for (std::size_t d = 0; d < c.head_dim; ++d) concat[h * c.head_dim + d] += s[j] / sum * vs[j][g * c.head_dim + d];
+      }
+      const auto o = matvec(wo, concat);
+      for (std::size_t k = 0; k < o.size(); ++k) xs[i][k] += o[k];
+      const auto h = norm(xs[i], fn);
+      auto gate = matvec(wg, h);
+      const auto up = matvec(wu, h);
+      for (std::size_t k = 0; k < gate.size(); ++k) gate[k] = gate[k] / (1.0 + std::exp(-gate[k])) * up[k];
+      const auto down = matvec(wd, gate);
+      for (std::size_t k = 0; k < down.size(); ++k) xs[i][k] += down[k];
+    }
+  }
+  std::vector<std::vector<double>> logits;
+  for (auto& x : xs) logits.push_back(matvec(out_w, norm(x, tensor("output_norm.weight"))));
+  return logits;
+}
+
+/// Checks that forwarding tokens[0..n) in one call gives, row by row, the bits of forwarding them one at a
+/// time, for n = 1..tokens.size(), and again after a rollback into the sequence.
+template <class M>
+void require_batch_invariant(M& model, const std::vector<Token>& tokens) {
+  const std::size_t vocab = model.vocab_size();
+  model.truncate(0);
+  std::vector<float> single(tokens.size() * vocab);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const auto& logits = model.forward(std::span(&tokens[i], 1));
+    std::memcpy(&single[i * vocab], logits.data(), vocab * sizeof(float));
+  }
+  for (std::size_t n = 1; n <= tokens.size(); ++n) {
+    CAPTURE(n);
+    model.truncate(0);
+    const auto& logits = model.forward(std::span(tokens.data(), n));
+    REQUIRE(model.context_size() == n);
+    REQUIRE(std::memcmp(logits.data(), single.data(), n * vocab * sizeof(float)) == 0);
+  }
+  // The speculative rollback pattern: keep a prefix, re-forward the rest in chunks of varying size.
+  for (std::size_t keep : {std::size_t{0}, tokens.size() / 3, tokens.size() - 1}) {
+    CAPTURE(keep);
+    model.truncate(keep);
+    REQUIRE(model.context_size() == keep);
+    for (std::size_t i = keep, chunk = 1; i < tokens.size(); i += chunk, chunk = chunk % 5 + 1) {
+      const std::size_t count = std::min(chunk, tokens.size() - i);
+      const auto& logits = model.forward(std::span(&tokens[i], count));
+      REQUIRE(std::memcmp(logits.data(), &single[i * vocab], count * vocab * sizeof(float)) == 0);
+    }
+  }
+}
+
+std::vector<Token> random_tokens(std::size_t n, std::size_t vocab, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<Token> tokens(n);
+  for (auto& t : tokens) t = static_cast<Token>(rng() % vocab);
+  return tokens;
+}
+
+}  // namespace
+
+TEST_CASE("the config comes from the llama.* metadata keys", "[llama]") {
+  const auto file = specdec::gguf::File::from_bytes(tiny_llama());
+  const LlamaConfig c = LlamaConfig::from_gguf(file);
+  REQUIRE(c.vocab == 96);
+  REQUIRE(c.embedding == 64);
+  REQUIRE(c.layers == 2);
+  REQUIRE(c.heads == 4);
+  REQUIRE(c.kv_heads == 2);
+  REQUIRE(c.head_dim == 16);
+  REQUIRE(c.ffn == 96);
+  REQUIRE(c.context_length == 256);
+  REQUIRE(c.rope_dims == 16);
+  REQUIRE(c.rope_base == 10000.0f);
+  REQUIRE(c.rms_eps == 1e-5f);
+}
+
+TEST_CASE("the forward pass matches a naive double-precision llama on a tiny random model", "[llama]") {
+  for (bool separate : {false, true}) {
+    CAPTURE(separate);
+    const auto bytes = tiny_llama(separate_output(separate));
+    const auto file = specdec::gguf::File::from_bytes(bytes);
+    const auto tokens = random_tokens(12, 96, 1);
+    const auto expected = reference_forward(file, tokens, 2);
+    for (auto format : all_formats) {
+      CAPTURE(to_string(format));
+      LlamaModel model(LlamaWeights::load(file, format), 64, std::make_shared<ThreadPool>(2));
+      REQUIRE(model.weights()->tied() == !separate);
+      const auto& logits = model.forward(tokens);
+      REQUIRE(logits.rows() == 12);
+      REQUIRE(logits.cols() == 96);
+      for (std::size_t i = 0; i < tokens.size(); ++i) {
+        // f32 and quantized hold the file's values exactly; bf16 rounds them to 8 significant bits.
+        double scale = 1.0;
+        for (double v : expected[i]) scale = std::max(scale, std::abs(v));
+        const double tolerance = (format == WeightFormat::bf16 ? 5e-2 : 2e-5) * scale;
+        for (std::size_t v = 0; v < 96; ++v) REQUIRE(std::abs(logits(i, v) - expected[i][v]) <= tolerance);
+      }
+    }
+  }
+}
+
+TEST_CASE("an early-exit draft runs the target's first layers with the target's head", "[llama]") {
+  const auto file = specdec::gguf::File::from_bytes(tiny_llama());
+  const auto tokens = random_tokens(9, 96, 2);
+  const auto expected = reference_forward(file, tokens, 1);
+  LlamaModel target(LlamaWeights::load(file, WeightFormat::f32), 32, nullptr);
+  EarlyExitDraft draft(target, 1);
+  REQUIRE(draft.layers() == 1);
+  REQUIRE(draft.weight_bytes_per_forward() < target.weight_bytes_per_forward());
+  const auto& logits = draft.forward(tokens);
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    for (std::size_t v = 0; v < 96; ++v) REQUIRE(std::abs(logits(i, v) - expected[i][v]) <= 2e-4);
+  REQUIRE(target.context_size() == 0);
+
+  EarlyExitDraft full(target, 2);
+  const auto& draft_logits = full.forward(tokens);
+  const auto& target_logits = target.forward(tokens);
+  REQUIRE(std::memcmp(draft_logits.data(), target_logits.data(), draft_logits.size() * sizeof(float)) == 0);
+  REQUIRE_THROWS_WITH(EarlyExitDraft(target, 3), Catch::Contains("1 to 2 layers, got 3"));
+}
+
+TEST_CASE("a position's logits are bit-identical alone or in a batch, for every format and thread count",
+          "[llama]") {
+  const auto tokens = random_tokens(16, 96, 3);
+  for (auto format : all_formats) {
+    const auto weights = tiny_weights(format);
+    for (std::size_t threads : {1, 2}) {
+      CAPTURE(to_string(format), threads);
+      LlamaModel model(weights, 64, std::make_shared<ThreadPool>(threads));
+      require_batch_invariant(model, tokens);
+      EarlyExitDraft draft(model, 1);
+      require_batch_invariant(draft, tokens);
+    }
+  }
+}
+
+TEST_CASE("bad tokens, context overflow and bad tensors are reported with the numbers", "[llama]") {
+  LlamaModel model(tiny_weights(WeightFormat::quantized), 8, nullptr);
+  const std::vector<Token> bad = {1, 96};
+  REQUIRE_THROWS_WITH(model.forward(bad), Catch::Contains("token id 96 at index 1 is outside the vocabulary of 96"));
+  const std::vector<Token> negative = {-1};
+  REQUIRE_THROWS_WITH(model.forward(negative), Catch::Contains("token id -1"));
+  REQUIRE(model.context_size() == 0);
+  model.forward(random_tokens(6, 96, 4));
+  REQUIRE_THROWS_WITH(model.forward(random_tokens(3, 96, 5)),
+                      Catch::Contains("holds 6 of max_context 8 positions, cannot append 3"));
+  REQUIRE(model.context_size() == 6);
+  REQUIRE(model.forward(std::vector<Token>{}).rows() == 0);
+
+  REQUIRE_THROWS_WITH(tiny_weights(WeightFormat::f32, skipping("blk.1.ffn_up.weight")),
+                      Catch::Contains("missing tensor blk.1.ffn_up.weight, expected dims [64, 96]"));
+  REQUIRE_THROWS_WITH(tiny_weights(WeightFormat::f32, misshaping("blk.0.attn_k.weight")),
+                      Catch::Contains("tensor blk.0.attn_k.weight has dims [96, 32], expected [64, 32]"));
+  REQUIRE_THROWS_WITH(tiny_weights(WeightFormat::f32, misshaping("token_embd.weight")),
+                      Catch::Contains("tensor token_embd.weight has dims [96, 96], expected [64, 96]"));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The real SmolLM2-135M-Instruct file.
+
+namespace {
+
+bool have_model() { return std::filesystem::exists(SPECDEC_MODEL_PATH); }
+
+Token vocabulary_id(const std::vector<std::string>& vocab, const std::string& piece) {
+  const auto it = std::find(vocab.begin(), vocab.end(), piece);
+  REQUIRE(it != vocab.end());
+  return static_cast<Token>(it - vocab.begin());
+}
+
+}  // namespace
+
+TEST_CASE("SmolLM2 greedily continues \"The capital of France is\" with Paris", "[llama][smollm2]") {
+  if (!have_model()) FAIL("model file missing: " SPECDEC_MODEL_PATH " (run scripts/fetch_model)");
+  const auto file = specdec::gguf::File::open(SPECDEC_MODEL_PATH);
+  const auto vocab = file.get_string_array("tokenizer.ggml.tokens");
+  std::vector<Token> context;
+  for (const char* piece : {"The", "Ġcapital", "Ġof", "ĠFrance", "Ġis"}) context.push_back(vocabulary_id(vocab, piece));
+  const Token paris = vocabulary_id(vocab, "ĠParis");
+  for (auto format : all_formats) {
+    CAPTURE(to_string(format));
+    LlamaModel model(LlamaWeights::load(file, format), 64, std::make_shared<ThreadPool>(2));
+    REQUIRE(model.config().layers == 30);
+    REQUIRE(model.vocab_size() == 49152);
+    const specdec::Logits* logits = &model.forward(context);
+    std::vector<Token> continuation;
+    for (int step = 0; step < 8; ++step) {
+      Eigen::Index best;
+      logits->row(logits->rows() - 1).maxCoeff(&best);
+      continuation.push_back(static_cast<Token>(best));
+      logits = &model.forward(std::span(&continuation.back(), 1));
+    }
+    std::string text;
+    for (Token t : continuation) text += vocab[t];
+    CAPTURE(text);
+    REQUIRE(std::find(continuation.begin(), continuation.end(), paris) != continuation.end());
+  }
+}
+
+TEST_CASE("SmolLM2 logits are bit-identical alone or in a batch, for every format and thread count",
+          "[llama][smollm2]") {
+  if (!have_model()) FAIL("model file missing: " SPECDEC_MODEL_PATH " (run scripts/fetch_model)");
+  const auto file = specdec::gguf::File::open(SPECDEC_MODEL_PATH);
+  const auto tokens = random_tokens(16, 49152, 6);
+  for (auto format : all_formats) {
+    const auto weights = LlamaWeights::load(file, format);
+    for (std::size_t threads : {1, 2}) {
+      CAPTURE(to_string(format), threads);
+      LlamaModel model(weights, 32, std::make_shared<ThreadPool>(threads));
+      require_batch_invariant(model, tokens);
+    }
+  }
+}
