@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <functional>
 #include <cstddef>
 #include <limits>
 #include <numeric>
@@ -35,21 +37,62 @@ inline void validate(const SamplingParams& params) {
 /// Index of the largest value; the lowest index wins a tie. requires: !row.empty().
 inline Token argmax(std::span<const float> row) {
   SPECDEC_ASSERT(!row.empty());
-  return static_cast<Token>(std::max_element(row.begin(), row.end()) - row.begin());
+  const Eigen::Map<const Eigen::ArrayXf> values(row.data(), static_cast<Eigen::Index>(row.size()));
+  const float top = values.maxCoeff();  // vectorised; then the first position holding it
+  return static_cast<Token>(std::find(row.begin(), row.end(), top) - row.begin());
 }
 
 /// Probability of the most probable token under softmax(row) (temperature 1): 1 / sum_i exp(l_i - l_max).
 inline double top_probability(std::span<const float> row) {
-  const float top = *std::max_element(row.begin(), row.end());
-  double sum = 0.0;
-  for (float l : row) sum += std::exp(static_cast<double>(l) - top);
-  return 1.0 / sum;
+  const Eigen::Map<const Eigen::ArrayXf> values(row.data(), static_cast<Eigen::Index>(row.size()));
+  return 1.0 / static_cast<double>((values - values.maxCoeff()).exp().sum());
 }
+
+namespace detail {
+
+/// Keeps the smallest set of most probable entries of `probs` (a distribution) whose mass reaches top_p, by
+/// weighted quickselect in expected O(n); order: higher probability first, lower index first on a tie.
+/// Zeroes the rest and returns the kept mass.
+/// A kept entry i has mass(entries ranked at or after i) > 1 - top_p, all of them <= p_i, so n * p_i > 1 - top_p:
+/// entries at or below (1 - top_p) / n are dropped before the selection.
+inline double keep_top_p(std::vector<double>& probs, double top_p) {
+  const double floor = (1.0 - top_p) / static_cast<double>(probs.size());
+  std::vector<std::uint32_t> order;
+  for (std::size_t i = 0; i < probs.size(); ++i) {
+    if (probs[i] > floor) order.push_back(static_cast<std::uint32_t>(i));
+    else probs[i] = 0.0;
+  }
+  const auto more_probable = [&](std::uint32_t a, std::uint32_t b) { return probs[a] > probs[b] || (probs[a] == probs[b] && a < b); };
+  // Invariant: the top `lo` entries hold mass `below` < top_p; the top `hi` entries reach top_p (or hi = all).
+  std::size_t lo = 0, hi = order.size();
+  double below = 0.0;
+  while (hi - lo > 1) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    std::nth_element(order.begin() + static_cast<std::ptrdiff_t>(lo), order.begin() + static_cast<std::ptrdiff_t>(mid),
+                     order.begin() + static_cast<std::ptrdiff_t>(hi), more_probable);
+    double mass = below;
+    for (std::size_t i = lo; i < mid; ++i) mass += probs[order[i]];
+    if (mass >= top_p) {
+      hi = mid;
+    } else {
+      lo = mid;
+      below = mass;
+    }
+  }
+  // Entries [0, hi) are the kept set (unordered within); everything after is dropped.
+  for (std::size_t i = hi; i < order.size(); ++i) probs[order[i]] = 0.0;
+  double kept = 0.0;
+  for (std::size_t i = 0; i < hi; ++i) kept += probs[order[i]];
+  return kept;
+}
+
+}  // namespace detail
 
 /// The transformed distribution of a logits row:
 ///   z = l / T;  keep z_i >= (k-th largest z) when top_k > 0;  p = softmax(z) over the kept tokens;
-///   keep the smallest prefix of tokens by descending p whose mass reaches top_p;  renormalise.
+///   keep the smallest set of most probable tokens whose mass reaches top_p;  renormalise.
 /// With T == 0 the result is one-hot on argmax(row). `out` is resized to row.size(); entries sum to 1.
+/// Exponentials are taken in float (vectorised), sums in double.
 inline void transform_logits(std::span<const float> row, const SamplingParams& params, std::vector<double>& out) {
   const std::size_t n = row.size();
   out.assign(n, 0.0);
@@ -57,38 +100,20 @@ inline void transform_logits(std::span<const float> row, const SamplingParams& p
     out[static_cast<std::size_t>(argmax(row))] = 1.0;
     return;
   }
-  const double inv_t = 1.0 / static_cast<double>(params.temperature);
-  double cutoff = -std::numeric_limits<double>::infinity();
+  const Eigen::Map<const Eigen::ArrayXf> logits(row.data(), static_cast<Eigen::Index>(n));
+  Eigen::ArrayXf weights = ((logits - logits.maxCoeff()) * (1.0f / params.temperature)).exp();  // [vocab]
   if (params.top_k > 0 && params.top_k < n) {
     std::vector<float> sorted(row.begin(), row.end());
     std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(params.top_k - 1), sorted.end(),
                      std::greater<>());
-    cutoff = sorted[params.top_k - 1] * inv_t;
+    weights = (logits >= sorted[params.top_k - 1]).select(weights, 0.0f);
   }
-  double top = -std::numeric_limits<double>::infinity();
-  for (float l : row) top = std::max(top, l * inv_t);
   double sum = 0.0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double z = row[i] * inv_t;
-    if (z >= cutoff) sum += (out[i] = std::exp(z - top));
-  }
+  for (std::size_t i = 0; i < n; ++i) sum += (out[i] = weights[static_cast<Eigen::Index>(i)]);
   for (double& p : out) p /= sum;
   if (params.top_p >= 1.0f) return;
-
-  // Grow a sorted prefix of the most probable tokens until its mass reaches top_p.
-  std::vector<std::size_t> order(n);
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  const auto more_probable = [&](std::size_t a, std::size_t b) { return out[a] > out[b] || (out[a] == out[b] && a < b); };
-  std::size_t kept = 0;
-  double mass = 0.0;
-  for (std::size_t m = std::min<std::size_t>(64, n);; m = std::min(n, m * 4)) {
-    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(m), order.end(), more_probable);
-    mass = 0.0;
-    for (kept = 0; kept < m && mass < params.top_p; ++kept) mass += out[order[kept]];
-    if (mass >= params.top_p || m == n) break;
-  }
-  for (std::size_t i = kept; i < n; ++i) out[order[i]] = 0.0;
-  for (std::size_t i = 0; i < kept; ++i) out[order[i]] /= mass;
+  const double kept = detail::keep_top_p(out, params.top_p);
+  for (double& p : out) p /= kept;
 }
 
 /// Inverse-CDF sampling: the first index whose cumulative probability exceeds u * sum(probs).

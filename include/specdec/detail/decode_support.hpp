@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -77,7 +78,7 @@ class TrackedModel {
     const auto rows = static_cast<std::size_t>(logits.rows()), cols = static_cast<std::size_t>(logits.cols());
     if (rows != tokens.size() || cols != vocab_size())
       fail(role_, " returned logits of shape [", rows, ", ", cols, "], expected [", tokens.size(), ", ", vocab_size(), "]");
-    if (!logits.allFinite()) {
+    if (!all_finite(logits)) {
       for (Eigen::Index r = 0; r < logits.rows(); ++r)
         for (Eigen::Index c = 0; c < logits.cols(); ++c)
           if (!std::isfinite(logits(r, c)))
@@ -87,6 +88,12 @@ class TrackedModel {
   }
 
  private:
+  /// Vectorised: |x| <= FLT_MAX is false exactly for NaN and infinities.
+  static bool all_finite(const Logits& logits) {
+    const Eigen::Map<const Eigen::ArrayXf> values(logits.data(), logits.size());
+    return values.abs().maxCoeff() <= std::numeric_limits<float>::max() && !values.isNaN().any();
+  }
+
   M& model_;
   const char* role_;
   std::vector<Token> fed_;  // the tokens the model holds, as far as the decoder knows
