@@ -1,0 +1,365 @@
+// specdec-generate: speculative decoding with SmolLM2 (or any llama-architecture GGUF) from the command line.
+//
+//   specdec-generate --prompt "The capital of France is" --compare
+//   specdec-generate --chat --prompt "Summarise: ..." --draft early-exit:8 --temp 0.7 --sampling coupled --json
+//
+// Reads top-down: arguments -> models -> one run per decoder -> text, summary or JSON.
+#include <charconv>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <specdec/llama/llama.hpp>
+#include <specdec/specdec.hpp>
+
+namespace {
+
+using namespace specdec;
+using llama::LlamaModel;
+using llama::Tokenizer;
+
+constexpr const char* kUsage = R"(usage: specdec-generate [options]
+  --model PATH              GGUF model (default models/SmolLM2-135M-Instruct.Q4_1.gguf)
+  --prompt TEXT             the prompt (default "The capital of France is")
+  --chat                    wrap the prompt in the model's chat template
+  --draft KIND              none | ngram[:N] | early-exit:L | PATH of a second GGUF (default ngram)
+  --k N                     draft length (default 4; with --adaptive, the largest allowed, default 8)
+  --adaptive                choose the draft length each round (AdaptiveDraftLength)
+  --max-tokens N            new tokens at most (default 128)
+  --temp T                  temperature; 0 = greedy (default 0)
+  --top-k N                 keep the N most probable tokens (default 0 = off)
+  --top-p P                 nucleus sampling mass in (0, 1] (default 1)
+  --sampling rejection|coupled   acceptance policy when --temp > 0 (default rejection)
+  --seed S                  random seed (default 0)
+  --threads N               threads (default 1)
+  --format f32|bf16|quantized    in-memory weight format (default quantized)
+  --max-context N           KV cache positions (default 4096)
+  --compare                 also run plain decoding with the same settings
+  --json                    print one JSON object instead of text and a summary
+)";
+
+/// A bad command line: reported on one line, exit code 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Args {
+  std::string model = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  std::string prompt = "The capital of France is";
+  bool chat = false;
+  std::string draft = "ngram";
+  std::optional<std::size_t> k;
+  bool adaptive = false;
+  std::size_t max_tokens = 128;
+  SamplingParams sampling{.temperature = 0.0f};
+  std::string policy = "rejection";
+  std::uint64_t seed = 0;
+  std::size_t threads = 1;
+  llama::WeightFormat format = llama::WeightFormat::quantized;
+  std::size_t max_context = 4096;
+  bool compare = false;
+  bool json = false;
+};
+
+template <class T>
+T parse_number(std::string_view flag, std::string_view text) {
+  T value{};
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || text.empty())
+    throw UsageError(std::string(flag) + " expects a number, got '" + std::string(text) + "'");
+  return value;
+}
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    const auto value = [&]() -> std::string_view {
+      if (i + 1 >= argc) throw UsageError(std::string(flag) + " needs a value");
+      return argv[++i];
+    };
+    if (flag == "--help" || flag == "-h") {
+      std::cout << kUsage;
+      std::exit(0);
+    } else if (flag == "--model") a.model = value();
+    else if (flag == "--prompt") a.prompt = value();
+    else if (flag == "--chat") a.chat = true;
+    else if (flag == "--draft") a.draft = value();
+    else if (flag == "--k") a.k = parse_number<std::size_t>(flag, value());
+    else if (flag == "--adaptive") a.adaptive = true;
+    else if (flag == "--max-tokens") a.max_tokens = parse_number<std::size_t>(flag, value());
+    else if (flag == "--temp") a.sampling.temperature = parse_number<float>(flag, value());
+    else if (flag == "--top-k") a.sampling.top_k = parse_number<std::size_t>(flag, value());
+    else if (flag == "--top-p") a.sampling.top_p = parse_number<float>(flag, value());
+    else if (flag == "--seed") a.seed = parse_number<std::uint64_t>(flag, value());
+    else if (flag == "--threads") a.threads = parse_number<std::size_t>(flag, value());
+    else if (flag == "--max-context") a.max_context = parse_number<std::size_t>(flag, value());
+    else if (flag == "--compare") a.compare = true;
+    else if (flag == "--json") a.json = true;
+    else if (flag == "--sampling") {
+      a.policy = value();
+      if (a.policy != "rejection" && a.policy != "coupled")
+        throw UsageError("--sampling expects rejection or coupled, got '" + a.policy + "'");
+    } else if (flag == "--format") {
+      const std::string_view f = value();
+      if (f == "f32") a.format = llama::WeightFormat::f32;
+      else if (f == "bf16") a.format = llama::WeightFormat::bf16;
+      else if (f == "quantized") a.format = llama::WeightFormat::quantized;
+      else throw UsageError("--format expects f32, bf16 or quantized, got '" + std::string(f) + "'");
+    } else {
+      throw UsageError("unknown argument '" + std::string(flag) + "' (see --help)");
+    }
+  }
+  if (a.threads == 0 || a.threads > 256) throw UsageError("--threads must be in 1..256, got " + std::to_string(a.threads));
+  if (a.k && *a.k > 64) throw UsageError("--k must be at most 64, got " + std::to_string(*a.k));
+  if (a.max_context == 0) throw UsageError("--max-context must be at least 1");
+  validate(a.sampling);  // temperature and top_p ranges, as specdec::Error
+  return a;
+}
+
+/// What the user asked for with --draft.
+struct DraftSpec {
+  enum class Kind { none, ngram, early_exit, model } kind = Kind::ngram;
+  std::size_t n = 3;       // ngram: longest n-gram; early-exit: layers
+  std::string path;        // model
+};
+
+DraftSpec parse_draft(const std::string& text, std::size_t target_layers) {
+  DraftSpec d;
+  if (text == "none") d.kind = DraftSpec::Kind::none;
+  else if (text == "ngram") d.kind = DraftSpec::Kind::ngram;
+  else if (text.starts_with("ngram:")) {
+    d.n = parse_number<std::size_t>("--draft ngram:N", std::string_view(text).substr(6));
+    if (d.n == 0 || d.n > 16) throw UsageError("--draft ngram:N needs N in 1..16, got " + std::to_string(d.n));
+  } else if (text.starts_with("early-exit:")) {
+    d.kind = DraftSpec::Kind::early_exit;
+    d.n = parse_number<std::size_t>("--draft early-exit:L", std::string_view(text).substr(11));
+    if (d.n == 0 || d.n >= target_layers)
+      throw UsageError("--draft early-exit:L needs L in 1.." + std::to_string(target_layers - 1) + ", got " + std::to_string(d.n));
+  } else {
+    d.kind = DraftSpec::Kind::model;
+    d.path = text;
+  }
+  return d;
+}
+
+/// One finished run: the generation and its text.
+struct Run {
+  Generation generation;
+  std::string text;
+};
+
+/// Streams text to stdout when asked to, and collects it.
+struct TextSink {
+  const Tokenizer& tokenizer;
+  bool stream;
+  llama::TextStream decoder{tokenizer};
+  std::string text;
+  void push(Token t) {
+    const std::string piece = decoder.push(t);
+    text += piece;
+    if (stream) std::cout << piece << std::flush;
+  }
+  void finish() {
+    const std::string rest = decoder.flush();
+    text += rest;
+    if (stream) std::cout << rest << std::flush;
+  }
+};
+
+template <class Generate>
+Run run_one(const Tokenizer& tokenizer, bool stream, Generate&& generate) {
+  TextSink sink{tokenizer, stream};
+  Run run;
+  run.generation = generate([&](Token t) { sink.push(t); return true; });
+  sink.finish();
+  run.text = std::move(sink.text);
+  return run;
+}
+
+/// Runs the speculative decoder for one draft model, with the policy and draft-length choice from the args.
+template <class Draft>
+Run run_speculative(Draft& draft, LlamaModel& target, const Args& args, const std::vector<Token>& prompt,
+                    GenerateOptions options, const Tokenizer& tokenizer, bool stream) {
+  const auto with = [&](auto acceptance) {
+    const auto go = [&](auto length_policy) {
+      SpeculativeDecoder decoder(draft, target, acceptance, length_policy);
+      return run_one(tokenizer, stream, [&](auto on_token) {
+        options.on_token = on_token;
+        return decoder.generate(prompt, options);
+      });
+    };
+    return args.adaptive ? go(AdaptiveDraftLength{}) : go(FixedDraftLength{});
+  };
+  if (args.sampling.temperature == 0.0f) return with(Greedy{});
+  if (args.policy == "coupled") return with(CoupledSampling{args.sampling});
+  return with(RejectionSampling{args.sampling});
+}
+
+Run run_plain(LlamaModel& target, const Args& args, const std::vector<Token>& prompt, GenerateOptions options,
+              const Tokenizer& tokenizer, bool stream) {
+  const auto with = [&](auto acceptance) {
+    return run_one(tokenizer, stream, [&](auto on_token) {
+      options.on_token = on_token;
+      return generate_autoregressive(target, acceptance, prompt, options);
+    });
+  };
+  if (args.sampling.temperature == 0.0f) return with(Greedy{});
+  if (args.policy == "coupled") return with(CoupledSampling{args.sampling});
+  return with(RejectionSampling{args.sampling});
+}
+
+/// JSON string literal of UTF-8 text; invalid UTF-8 bytes become U+FFFD.
+std::string json_string(std::string_view s) {
+  std::string out = "\"";
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t length = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    bool valid = length > 0 && i + length <= s.size();
+    for (std::size_t j = 1; valid && j < length; ++j) valid = (static_cast<unsigned char>(s[i + j]) >> 6) == 0x2;
+    if (!valid) {
+      out += "\\ufffd";
+      ++i;
+      continue;
+    }
+    if (c == '"') out += "\\\"";
+    else if (c == '\\') out += "\\\\";
+    else if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c == '\r') out += "\\r";
+    else if (c < 0x20) {
+      char buffer[8];
+      std::snprintf(buffer, sizeof buffer, "\\u%04x", c);
+      out += buffer;
+    } else out.append(s.substr(i, length));
+    i += length;
+  }
+  return out + "\"";
+}
+
+template <class T>
+std::string json_array(const std::vector<T>& values) {
+  std::ostringstream out;
+  out << '[';
+  for (std::size_t i = 0; i < values.size(); ++i) out << (i ? "," : "") << values[i];
+  out << ']';
+  return out.str();
+}
+
+/// The "stats" fields (and text/tokens for the plain run).
+std::string json_stats(const DecodeStats& s) {
+  std::ostringstream out;
+  out.precision(6);
+  out << "\"rounds\":" << s.rounds << ",\"drafted\":" << s.drafted_tokens << ",\"accepted\":" << s.accepted_tokens
+      << ",\"acceptance_rate\":" << s.acceptance_rate() << ",\"target_calls\":" << s.target_forward_calls
+      << ",\"draft_calls\":" << s.draft_forward_calls << ",\"seconds\":" << (s.total_seconds - s.prefill_seconds)
+      << ",\"prefill_seconds\":" << s.prefill_seconds << ",\"tokens_per_second\":" << s.tokens_per_second()
+      << ",\"tokens_per_target_call\":" << s.tokens_per_target_call() << ",\"draft_seconds\":" << s.draft_seconds
+      << ",\"target_seconds\":" << s.target_seconds << ",\"accepted_at\":" << json_array(s.accepted_at)
+      << ",\"drafted_at\":" << json_array(s.drafted_at) << ",\"draft_lengths\":" << json_array(s.draft_lengths);
+  return out.str();
+}
+
+void print_summary(const char* label, const DecodeStats& s) {
+  std::fprintf(stderr, "%s: %zu tokens in %.2f s, %.1f tokens/s", label, s.generated_tokens,
+               s.total_seconds - s.prefill_seconds, s.tokens_per_second());
+  if (s.drafted_tokens > 0)
+    std::fprintf(stderr, ", acceptance %.1f%%, %.2f tokens per target call", 100.0 * s.acceptance_rate(),
+                 s.tokens_per_target_call());
+  std::fprintf(stderr, " (prompt: %zu tokens, %.2f s)\n", s.prompt_tokens, s.prefill_seconds);
+}
+
+int run_main(int argc, char** argv) {
+  const Args args = parse_args(argc, argv);
+  const gguf::File file = gguf::File::open(args.model);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(file);
+  LlamaModel target(llama::LlamaWeights::load(file, args.format), args.max_context,
+                    std::make_shared<llama::ThreadPool>(args.threads));
+  const DraftSpec draft_spec = parse_draft(args.draft, target.config().layers);
+
+  const std::string prompt_text = args.chat ? Tokenizer::chat_prompt(args.prompt) : args.prompt;
+  const std::vector<Token> prompt = tokenizer.encode(prompt_text);
+  if (prompt.empty()) throw UsageError("--prompt is empty");
+  if (prompt.size() + args.max_tokens > args.max_context)
+    throw UsageError("prompt (" + std::to_string(prompt.size()) + " tokens) + --max-tokens (" +
+                     std::to_string(args.max_tokens) + ") exceeds --max-context " + std::to_string(args.max_context));
+
+  GenerateOptions options{.max_new_tokens = args.max_tokens,
+                          .draft_length = args.k.value_or(args.adaptive ? 8 : 4),
+                          .stop_tokens = tokenizer.stop_tokens(),
+                          .seed = args.seed};
+  const bool stream = !args.json;
+  if (stream) std::cout << prompt_text << std::flush;
+
+  Run main_run;
+  const char* label = "speculative";
+  switch (draft_spec.kind) {
+    case DraftSpec::Kind::none:
+      label = "plain";
+      main_run = run_plain(target, args, prompt, options, tokenizer, stream);
+      break;
+    case DraftSpec::Kind::ngram: {
+      PromptLookupDraft draft(target.vocab_size(), draft_spec.n, 1);
+      main_run = run_speculative(draft, target, args, prompt, options, tokenizer, stream);
+      break;
+    }
+    case DraftSpec::Kind::early_exit: {
+      llama::EarlyExitDraft draft(target, draft_spec.n);
+      main_run = run_speculative(draft, target, args, prompt, options, tokenizer, stream);
+      break;
+    }
+    case DraftSpec::Kind::model: {
+      const gguf::File draft_file = gguf::File::open(draft_spec.path);
+      llama::check_same_vocabulary(Tokenizer::from_gguf(draft_file), tokenizer);
+      LlamaModel draft(llama::LlamaWeights::load(draft_file, args.format), args.max_context, target.pool());
+      main_run = run_speculative(draft, target, args, prompt, options, tokenizer, stream);
+      break;
+    }
+  }
+  if (stream) std::cout << "\n";
+
+  std::optional<Run> plain;
+  if (args.compare) plain = run_plain(target, args, prompt, options, tokenizer, false);
+  const auto& s = main_run.generation.stats;
+  const double speedup = plain && plain->generation.stats.tokens_per_second() > 0
+                             ? s.tokens_per_second() / plain->generation.stats.tokens_per_second() : 0.0;
+  const bool identical = plain && plain->generation.tokens == main_run.generation.tokens;
+
+  if (args.json) {
+    std::cout << "{\"text\":" << json_string(main_run.text) << ",\"tokens\":" << json_array(main_run.generation.tokens)
+              << ",\"prompt_tokens\":" << prompt.size() << ",\"draft\":" << json_string(args.draft)
+              << ",\"stats\":{" << json_stats(s) << "}";
+    if (plain)
+      std::cout << ",\"plain\":{\"text\":" << json_string(plain->text) << ",\"tokens\":" << json_array(plain->generation.tokens)
+                << "," << json_stats(plain->generation.stats) << "},\"speedup\":" << speedup
+                << ",\"identical\":" << (identical ? "true" : "false");
+    std::cout << "}\n";
+  } else {
+    print_summary(label, s);
+    if (plain) {
+      print_summary("plain", plain->generation.stats);
+      std::fprintf(stderr, "speedup: %.2fx, tokens identical: %s\n", speedup, identical ? "yes" : "no");
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run_main(argc, argv);
+  } catch (const UsageError& e) {
+    std::cerr << "specdec-generate: " << e.what() << "\n";
+  } catch (const specdec::Error& e) {
+    std::cerr << "specdec-generate: " << e.what() << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << "specdec-generate: unexpected error: " << e.what() << "\n";
+  }
+  return 2;
+}
