@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""End-to-end tests of specdec-generate on the real SmolLM2 file: text, exactness, chat, and error paths.
+
+usage: test_cli.py SPECDEC_GENERATE MODEL_PATH
+Prints one line per check and a closing 'N passed, N failed' line; exits non-zero on any failure.
+"""
+import json
+import subprocess
+import sys
+
+binary, model = sys.argv[1], sys.argv[2]
+passed = failed = 0
+
+
+def check(name, condition, detail=""):
+    global passed, failed
+    if condition:
+        passed += 1
+        print(f"ok: {name}")
+    else:
+        failed += 1
+        print(f"FAILED: {name} {detail}")
+
+
+def run(*args, timeout=600):
+    return subprocess.run([binary, "--model", model, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def run_json(*args):
+    r = run(*args, "--json")
+    if r.returncode != 0:
+        raise RuntimeError(f"{args}: exit {r.returncode}: {r.stderr}")
+    return json.loads(r.stdout)
+
+
+# Greedy continuation of the plugin's own test prompt names the capital.
+out = run_json("--prompt", "The capital of France is", "--max-tokens", "16", "--draft", "none")
+check("'The capital of France is' continues with Paris", "Paris" in out["text"], out["text"])
+check("json has the documented fields",
+      all(k in out for k in ("text", "tokens", "prompt_tokens", "stats")) and
+      all(k in out["stats"] for k in ("rounds", "drafted", "accepted", "acceptance_rate", "target_calls",
+                                      "draft_calls", "seconds", "tokens_per_second")), str(out.keys()))
+
+# Greedy speculative output equals plain output, for several prompts and drafts.
+prompts = [
+    ("The capital of France is", False),
+    ("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n", False),
+    ("Repeat this list exactly: apples, pears, plums, cherries, apples, pears, plums, cherries.", True),
+]
+for prompt, chat in prompts:
+    for draft in ("ngram", "ngram:2", "early-exit:6", "early-exit:20"):
+        args = ["--prompt", prompt, "--max-tokens", "40", "--draft", draft, "--k", "5", "--compare"]
+        if chat:
+            args.append("--chat")
+        out = run_json(*args)
+        check(f"greedy {draft} == plain on {prompt[:24]!r}", out["identical"] and out["tokens"] == out["plain"]["tokens"],
+              f"{out['tokens']} vs {out['plain']['tokens']}")
+
+# Adaptive draft length and coupled sampling keep the plain tokens; rejection sampling is reproducible by seed.
+out = run_json("--prompt", "Once upon a time", "--max-tokens", "40", "--adaptive", "--k", "6", "--compare")
+check("adaptive greedy == plain", out["identical"])
+check("json reports the draft length of every round", len(out["stats"]["draft_lengths"]) == out["stats"]["rounds"])
+out = run_json("--prompt", "Once upon a time", "--max-tokens", "40", "--temp", "0.8", "--top-p", "0.9",
+               "--sampling", "coupled", "--draft", "early-exit:12", "--compare", "--seed", "7")
+check("coupled sampling speculative == plain coupled sampling", out["identical"])
+a = run_json("--prompt", "Once upon a time", "--max-tokens", "30", "--temp", "0.9", "--seed", "3")
+b = run_json("--prompt", "Once upon a time", "--max-tokens", "30", "--temp", "0.9", "--seed", "3")
+check("rejection sampling: same seed, same tokens", a["tokens"] == b["tokens"])
+
+# A chat question gets an answer that ends with <|im_end|> (id 2) within 200 tokens.
+out = run_json("--chat", "--prompt", "What is the capital of France? Answer in one sentence.", "--max-tokens", "200")
+check("chat answer ends with <|im_end|> within 200 tokens", out["tokens"] and out["tokens"][-1] == 2 and
+      len(out["tokens"]) <= 200, str(out["tokens"][-5:]))
+check("chat answer mentions Paris", "Paris" in out["text"], out["text"])
+
+# Text mode streams the text and prints a summary.
+r = run("--prompt", "The capital of France is", "--max-tokens", "8", "--compare")
+check("text mode streams the continuation", r.returncode == 0 and r.stdout.startswith("The capital of France is"), r.stdout)
+check("text mode prints speedup and identity", "tokens identical: yes" in r.stderr, r.stderr)
+
+# Error paths: one line on stderr, exit code 2, never a crash.
+errors = [
+    (["--bogus"], "unknown argument '--bogus'"),
+    (["--k"], "--k needs a value"),
+    (["--k", "four"], "--k expects a number, got 'four'"),
+    (["--temp", "-1"], "temperature must be a finite number >= 0, got -1"),
+    (["--top-p", "0"], "top_p must be in (0, 1], got 0"),
+    (["--top-p", "1.5"], "top_p must be in (0, 1], got 1.5"),
+    (["--draft", "early-exit:0"], "--draft early-exit:L needs L in 1..29, got 0"),
+    (["--draft", "early-exit:30"], "--draft early-exit:L needs L in 1..29, got 30"),
+    (["--draft", "ngram:0"], "--draft ngram:N needs N in 1..16, got 0"),
+    (["--draft", "/nonexistent/draft.gguf"], "/nonexistent/draft.gguf"),
+    (["--sampling", "magic"], "--sampling expects rejection or coupled, got 'magic'"),
+    (["--format", "int3"], "--format expects f32, bf16 or quantized, got 'int3'"),
+    (["--threads", "0"], "--threads must be in 1..256, got 0"),
+    (["--prompt", ""], "--prompt is empty"),
+    (["--max-context", "8", "--max-tokens", "16"], "exceeds --max-context 8"),
+]
+for args, message in errors:
+    r = run(*args)
+    lines = r.stderr.strip().splitlines()
+    check(f"error {args}", r.returncode == 2 and len(lines) == 1 and message in lines[0], f"rc={r.returncode} {r.stderr!r}")
+r = subprocess.run([binary, "--model", "/nonexistent/model.gguf"], capture_output=True, text=True)
+check("missing model file", r.returncode == 2 and "/nonexistent/model.gguf" in r.stderr, r.stderr)
+with open(sys.argv[0], "rb") as f:
+    not_gguf = f.read()
+import tempfile
+with tempfile.NamedTemporaryFile(suffix=".gguf") as tmp:
+    tmp.write(not_gguf)
+    tmp.flush()
+    r = subprocess.run([binary, "--model", tmp.name], capture_output=True, text=True)
+    check("a file that is not GGUF", r.returncode == 2 and "magic" in r.stderr, r.stderr)
+    r = run("--draft", tmp.name)
+    check("a draft file that is not GGUF", r.returncode == 2 and "magic" in r.stderr, r.stderr)
+
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
