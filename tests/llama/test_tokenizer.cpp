@@ -173,6 +173,8 @@ TEST_CASE("decode inverts encode on utf-8, digits, whitespace runs, code and inv
   CHECK(tok.encode("").empty());
   // Bytes with no single-byte token in SmolLM2's vocabulary (e.g. 0x04, 0xC0, 0xFF) are dropped, as in llama.cpp.
   CHECK(tok.decode(tok.encode("a\x04" "b\xC0\xFF")) == "ab");
+  // Such a byte blocks merges across it, as in llama.cpp (Hugging Face tokenizers would give "!!" = 10095).
+  CHECK(tok.encode("!\x04!") == std::vector<Token>{17, 17});
 }
 
 TEST_CASE("special tokens are parsed only with parse_special and decode to nothing", "[tokenizer]") {
@@ -246,6 +248,21 @@ TEST_CASE("the pre-tokenizer isolates digits and follows the gpt-2 regex", "[tok
   CHECK(split("ab12") == V{"ab", "1", "2"});
   CHECK(split("naïve мир") == V{"naïve", " мир"});
   CHECK(split("١٢") == V{"١", "٢"});
+}
+
+TEST_CASE("character classes follow unicode 15.1 like llama.cpp", "[tokenizer]") {
+  using specdec::llama::detail::CharClass;
+  using specdec::llama::detail::classify;
+  CHECK(classify(U'é') == CharClass::letter);
+  CHECK(classify(U'\u0301') == CharClass::other);      // combining mark
+  CHECK(classify(U'\u00BD') == CharClass::number);     // ½
+  CHECK(classify(U'\u3000') == CharClass::whitespace);
+  CHECK(classify(U'\u200B') == CharClass::other);      // zero width space is not White_Space
+  CHECK(classify(0x31350) == CharClass::letter);        // CJK extension H, Unicode 15.0
+  CHECK(classify(0x2EBF0) == CharClass::letter);        // CJK extension I, Unicode 15.1
+  CHECK(classify(0x11F50) == CharClass::number);        // Kawi digit zero, Unicode 15.0
+  CHECK(classify(0x11380) == CharClass::other);         // Tulu-Tigalari, Unicode 16.0: not in llama.cpp's tables
+  CHECK(classify(0x10FFFF) == CharClass::other);
 }
 
 TEST_CASE("bpe merges the lowest-ranked pair first and the leftmost one on a tie", "[tokenizer]") {

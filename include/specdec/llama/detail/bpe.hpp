@@ -119,8 +119,9 @@ inline void bpe_word(std::string_view word, const std::array<Token, 256>& byte_t
     sym[i] = {byte_tokens[static_cast<unsigned char>(word[i])], i - 1, i + 1 < n ? i + 1 : -1};
 
   const auto push_pair = [&](std::int32_t left) {
+    if (left < 0) return;
     const std::int32_t right = sym[left].next;
-    if (left < 0 || right < 0) return;
+    if (right < 0) return;
     if (const MergeRule* rule = merges.find(sym[left].id, sym[right].id))
       buf.heap.push({rule->rank, left, sym[left].id, sym[right].id, rule->merged});
   };
