@@ -3,8 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
-#include <cstring>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -12,6 +12,7 @@
 
 #include "specdec/llama/gguf.hpp"
 #include "specdec/llama/tokenizer.hpp"
+#include "support/gguf_writer.hpp"
 
 using specdec::Token;
 using specdec::llama::ChatMessage;
@@ -90,46 +91,25 @@ Tokenizer toy_tokenizer() {
   return Tokenizer(std::move(v));
 }
 
-// A minimal GGUF v3 writer (metadata only, no tensors) for in-memory files.
-struct GgufBytes {
-  std::vector<std::byte> bytes;
-  std::uint64_t count = 0;
-  void raw(const void* p, std::size_t n) {
-    const auto* b = static_cast<const std::byte*>(p);
-    bytes.insert(bytes.end(), b, b + n);
-  }
-  template <class T>
-  void pod(T v) { raw(&v, sizeof v); }
-  void str(std::string_view s) { pod<std::uint64_t>(s.size()); raw(s.data(), s.size()); }
-  void key_string(std::string_view key, std::string_view value) {
-    str(key); pod<std::uint32_t>(8); str(value); ++count;
-  }
-  void key_strings(std::string_view key, const std::vector<std::string>& values) {
-    str(key); pod<std::uint32_t>(9); pod<std::uint32_t>(8); pod<std::uint64_t>(values.size());
-    for (const auto& v : values) str(v);
-    ++count;
-  }
-  std::vector<std::byte> finish() const {
-    GgufBytes head;
-    head.raw("GGUF", 4);
-    head.pod<std::uint32_t>(3);
-    head.pod<std::uint64_t>(0);      // tensors
-    head.pod<std::uint64_t>(count);  // metadata entries
-    head.bytes.insert(head.bytes.end(), bytes.begin(), bytes.end());
-    head.bytes.resize((head.bytes.size() + 31) / 32 * 32);
-    return head.bytes;
+/// An in-memory GGUF with a 3-token vocabulary {a, b, ab} and one merge.
+struct TinyGguf {
+  std::string model = "gpt2";
+  std::string pre = "smollm";  // empty: no key
+  std::vector<std::int32_t> types;
+  std::optional<std::uint32_t> bos;
+
+  specdec::gguf::File build() const {
+    specdec::testing::GgufWriter w;
+    w.add_string("general.architecture", "llama");
+    w.add_string("tokenizer.ggml.model", model);
+    if (!pre.empty()) w.add_string("tokenizer.ggml.pre", pre);
+    w.add_array_strings("tokenizer.ggml.tokens", {"a", "b", "ab"});
+    if (!types.empty()) w.add_array_int32("tokenizer.ggml.token_type", types);
+    w.add_array_strings("tokenizer.ggml.merges", {"a b"});
+    if (bos) w.add_uint32("tokenizer.ggml.bos_token_id", *bos);
+    return specdec::gguf::File::from_bytes(w.finish(), "tiny.gguf");
   }
 };
-
-specdec::gguf::File tiny_gguf(std::string_view model, std::string_view pre = "smollm") {
-  GgufBytes g;
-  g.key_string("general.architecture", "llama");
-  g.key_string("tokenizer.ggml.model", model);
-  if (!pre.empty()) g.key_string("tokenizer.ggml.pre", pre);
-  g.key_strings("tokenizer.ggml.tokens", {"a", "b", "ab"});
-  g.key_strings("tokenizer.ggml.merges", {"a b"});
-  return specdec::gguf::File::from_bytes(g.finish(), "tiny.gguf");
-}
 
 const std::string kDefaultSystem =
     "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n";
@@ -297,9 +277,14 @@ TEST_CASE("tokenizer errors name the bad value and what was expected", "[tokeniz
   REQUIRE_THROWS_WITH(Tokenizer(v), Catch::Contains("merge 0 \"ab\""));
   REQUIRE_THROWS_WITH(Tokenizer(Tokenizer::Vocabulary{}), Catch::Contains("vocabulary is empty"));
 
-  REQUIRE_THROWS_WITH(Tokenizer::from_gguf(tiny_gguf("llama")),
+  CHECK(Tokenizer::from_gguf(TinyGguf{}.build()).encode("ab") == std::vector<Token>{2});
+  CHECK(Tokenizer::from_gguf(TinyGguf{.pre = ""}.build()).encode("ab") == std::vector<Token>{2});
+  REQUIRE_THROWS_WITH(Tokenizer::from_gguf(TinyGguf{.model = "llama"}.build()),
                       Catch::Contains("tokenizer.ggml.model is \"llama\"") && Catch::Contains("\"gpt2\""));
-  REQUIRE_THROWS_WITH(Tokenizer::from_gguf(tiny_gguf("gpt2", "llama3")),
+  REQUIRE_THROWS_WITH(Tokenizer::from_gguf(TinyGguf{.pre = "llama3"}.build()),
                       Catch::Contains("tokenizer.ggml.pre is \"llama3\""));
-  CHECK(Tokenizer::from_gguf(tiny_gguf("gpt2", "")).encode("ab") == std::vector<Token>{2});
+  REQUIRE_THROWS_WITH(Tokenizer::from_gguf(TinyGguf{.types = {1, 1}}.build()),
+                      Catch::Contains("2 token types") && Catch::Contains("(3)"));
+  REQUIRE_THROWS_WITH(Tokenizer::from_gguf(TinyGguf{.bos = 7}.build()),
+                      Catch::Contains("tokenizer.ggml.bos_token_id is 7") && Catch::Contains("size 3"));
 }
