@@ -1,0 +1,348 @@
+// End-to-end benchmarks on SmolLM2: plain vs speculative decoding over the task set in benchmarks/tasks/,
+// for each draft and draft length, greedy and sampled, plus the cost model's measurements.
+//
+//   BM_Cost/target/w<w>          t_v(w): one target forward of w positions at the tasks' mean context
+//   BM_Cost/draft/<draft>        t_d: one draft step at that context
+//   BM_E2E/<kind>/<mode>/plain   plain decoding of every task of a kind (the baseline; runs first)
+//   BM_E2E/<kind>/<mode>/<draft>/k<k> and .../adaptive
+//
+// Counters of an E2E run: tokens_per_second, alpha (acceptance), tau (tokens per round), acc<i> (acceptance
+// at draft position i), speedup (vs the plain run of the same kind and mode), predicted (the cost model:
+// S = tau * t_AR / (d * t_d + t_v(w)), d the draft steps and w the verify width per round), identical
+// (1 when every task's tokens equal plain decoding's; -1 where only the distribution is the same).
+//
+// Environment: SPECDEC_MODEL (GGUF path), SPECDEC_THREADS (1), SPECDEC_BENCH_TOKENS (128),
+// SPECDEC_BENCH_KS ("1,2,3,4,5,6,7,8"), SPECDEC_BENCH_DRAFTS ("ngram,early-exit:4,early-exit:10"),
+// SPECDEC_BENCH_MODES ("greedy,sampled"), SPECDEC_BENCH_KINDS ("grounded,chat,code"),
+// SPECDEC_BENCH_DRAFT_MODEL (a second GGUF, added as draft "model"), SPECDEC_BENCH_REPEATS (cost samples, 15).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <specdec/llama/llama.hpp>
+#include <specdec/specdec.hpp>
+
+namespace {
+
+using namespace specdec;
+namespace fs = std::filesystem;
+
+std::string env(const char* name, const std::string& fallback) {
+  const char* value = std::getenv(name);
+  return value && *value ? value : fallback;
+}
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+struct Task {
+  std::string kind, name;
+  std::vector<Token> prompt;
+};
+
+/// Everything loaded once: the model, its tokenizer, the tasks, the plain baselines.
+struct Bench {
+  gguf::File file;
+  llama::Tokenizer tokenizer;
+  llama::LlamaModel target;
+  std::unique_ptr<llama::LlamaModel> second_draft;
+  std::vector<Task> tasks;
+  std::size_t max_new_tokens;
+  std::size_t cost_context = 0;        // context length at which costs are measured
+  std::map<std::size_t, double> t_verify;  // width -> seconds
+  std::map<std::string, double> t_draft;   // draft -> seconds per step
+  std::map<std::string, std::vector<std::vector<Token>>> plain_tokens;  // kind/mode -> per task
+  std::map<std::string, double> plain_rate;                             // kind/mode -> tokens/s
+
+  static Bench& get() {
+    static Bench bench;
+    return bench;
+  }
+
+ private:
+  Bench()
+      : file(gguf::File::open(env("SPECDEC_MODEL", SPECDEC_SOURCE_DIR "/models/SmolLM2-135M-Instruct.Q4_1.gguf"))),
+        tokenizer(llama::Tokenizer::from_gguf(file)),
+        target(llama::LlamaWeights::load(file, llama::WeightFormat::quantized), 4096,
+               std::make_shared<llama::ThreadPool>(std::stoul(env("SPECDEC_THREADS", "1")))),
+        max_new_tokens(std::stoul(env("SPECDEC_BENCH_TOKENS", "128"))) {
+    if (const std::string path = env("SPECDEC_BENCH_DRAFT_MODEL", ""); !path.empty()) {
+      const gguf::File draft_file = gguf::File::open(path);
+      llama::check_same_vocabulary(llama::Tokenizer::from_gguf(draft_file), tokenizer);
+      second_draft = std::make_unique<llama::LlamaModel>(llama::LlamaWeights::load(draft_file, llama::WeightFormat::quantized),
+                                                         4096, target.pool());
+    }
+    const fs::path root = SPECDEC_SOURCE_DIR "/benchmarks/tasks";
+    std::size_t prompt_total = 0;
+    for (const std::string kind : {"grounded", "chat", "code"}) {
+      std::vector<fs::path> files;
+      for (const auto& entry : fs::directory_iterator(root / kind)) files.push_back(entry.path());
+      std::sort(files.begin(), files.end());
+      for (const auto& path : files) {
+        std::ifstream in(path);
+        std::stringstream text;
+        text << in.rdbuf();
+        const std::string prompt = kind == "code" ? text.str() : llama::Tokenizer::chat_prompt(text.str());
+        tasks.push_back({kind, path.stem().string(), tokenizer.encode(prompt)});
+        prompt_total += tasks.back().prompt.size();
+      }
+    }
+    cost_context = prompt_total / tasks.size() + max_new_tokens / 2;
+  }
+};
+
+SamplingParams sampled_params() { return {.temperature = 0.7f, .top_p = 0.95f}; }
+
+/// Median seconds of `forward(tokens)` on a model holding `context` tokens, rolled back after each call.
+template <class M>
+double median_forward_seconds(M& model, std::size_t context, std::size_t width) {
+  const auto repeats = std::stoul(env("SPECDEC_BENCH_REPEATS", "15"));
+  const Bench& bench = Bench::get();
+  std::vector<Token> filler;
+  for (const auto& task : bench.tasks)
+    filler.insert(filler.end(), task.prompt.begin(), task.prompt.end());
+  filler.resize(context + width, 198);
+  model.truncate(0);
+  model.forward(std::span<const Token>(filler.data(), context));
+  std::vector<double> samples;
+  for (std::size_t r = 0; r < repeats; ++r) {
+    const auto start = detail::Clock::now();
+    benchmark::DoNotOptimize(model.forward(std::span<const Token>(filler.data() + context, width)).data());
+    samples.push_back(detail::seconds_since(start));
+    model.truncate(context);
+  }
+  model.truncate(0);
+  std::nth_element(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(samples.size() / 2), samples.end());
+  return samples[samples.size() / 2];
+}
+
+/// Calls `f(draft)` with the draft model a name stands for.
+template <class F>
+void with_draft(const std::string& name, F&& f) {
+  Bench& bench = Bench::get();
+  if (name == "ngram" || name.starts_with("ngram:")) {
+    const std::size_t n = name == "ngram" ? 3 : std::stoul(name.substr(6));
+    PromptLookupDraft draft(bench.target.vocab_size(), n, 1);
+    f(draft);
+  } else if (name.starts_with("early-exit:")) {
+    llama::EarlyExitDraft draft(bench.target, std::stoul(name.substr(11)));
+    f(draft);
+  } else if (name == "model" && bench.second_draft) {
+    f(*bench.second_draft);
+  } else {
+    detail::fail("unknown benchmark draft '", name, "'");
+  }
+}
+
+void BM_CostTarget(benchmark::State& state, std::size_t width) {
+  Bench& bench = Bench::get();
+  double seconds = 0;
+  for (auto _ : state) {
+    seconds = median_forward_seconds(bench.target, bench.cost_context, width);
+    state.SetIterationTime(seconds);
+  }
+  bench.t_verify[width] = seconds;
+  state.counters["seconds"] = seconds;
+  state.counters["width"] = static_cast<double>(width);
+  state.counters["context"] = static_cast<double>(bench.cost_context);
+}
+
+void BM_CostDraft(benchmark::State& state, const std::string& name) {
+  Bench& bench = Bench::get();
+  double seconds = 0;
+  for (auto _ : state) {
+    with_draft(name, [&](auto& draft) { seconds = median_forward_seconds(draft, bench.cost_context, 1); });
+    state.SetIterationTime(seconds);
+  }
+  bench.t_draft[name] = seconds;
+  state.counters["seconds"] = seconds;
+  state.counters["c"] = seconds / bench.t_verify.at(1);
+}
+
+/// Read bandwidth of one thread: the best of a few passes summing a 512 MiB buffer.
+void BM_CostBandwidth(benchmark::State& state) {
+  std::vector<float> buffer((std::size_t{512} << 20) / sizeof(float), 1.0f);
+  double best = 1e9;
+  for (auto _ : state) {
+    for (int pass = 0; pass < 5; ++pass) {
+      const auto start = detail::Clock::now();
+      const Eigen::Map<const Eigen::ArrayXf> values(buffer.data(), static_cast<Eigen::Index>(buffer.size()));
+      benchmark::DoNotOptimize(values.sum());
+      best = std::min(best, detail::seconds_since(start));
+    }
+    state.SetIterationTime(best);
+  }
+  state.counters["GB_per_s"] = static_cast<double>(buffer.size() * sizeof(float)) / best / 1e9;
+}
+
+/// Totals over the tasks of one kind.
+struct Totals {
+  std::size_t tokens = 0, rounds = 0, drafted = 0, accepted = 0, draft_steps = 0;
+  double seconds = 0;
+  std::vector<std::size_t> drafted_at, accepted_at;
+  std::vector<std::vector<Token>> outputs;
+
+  void add(const Generation& g, std::size_t prompt_draft_calls) {
+    const auto& s = g.stats;
+    tokens += s.generated_tokens;
+    rounds += s.rounds;
+    drafted += s.drafted_tokens;
+    accepted += s.accepted_tokens;
+    draft_steps += s.draft_forward_calls - prompt_draft_calls;
+    seconds += s.total_seconds - s.prefill_seconds;
+    drafted_at.resize(std::max(drafted_at.size(), s.drafted_at.size()));
+    accepted_at.resize(drafted_at.size());
+    for (std::size_t i = 0; i < s.drafted_at.size(); ++i) {
+      drafted_at[i] += s.drafted_at[i];
+      accepted_at[i] += s.accepted_at[i];
+    }
+    outputs.push_back(g.tokens);
+  }
+  double rate() const { return seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0; }
+};
+
+/// Runs every task of `kind` through `generate(prompt, options)`.
+template <class Generate>
+Totals run_tasks(const std::string& kind, bool sampled, Generate&& generate) {
+  Bench& bench = Bench::get();
+  Totals totals;
+  std::uint64_t seed = 0;
+  for (const auto& task : bench.tasks) {
+    if (task.kind != kind) continue;
+    const GenerateOptions options{.max_new_tokens = bench.max_new_tokens, .stop_tokens = bench.tokenizer.stop_tokens(),
+                                  .seed = sampled ? ++seed : 0};
+    const auto g = generate(task.prompt, options);
+    totals.add(g, g.stats.prompt_tokens > 1 && g.stats.draft_forward_calls > 0 ? 1 : 0);
+  }
+  return totals;
+}
+
+void BM_Plain(benchmark::State& state, const std::string& kind, const std::string& mode) {
+  Bench& bench = Bench::get();
+  Totals totals;
+  for (auto _ : state) {
+    totals = run_tasks(kind, mode == "sampled", [&](std::span<const Token> prompt, const GenerateOptions& options) {
+      return mode == "sampled" ? generate_autoregressive(bench.target, RejectionSampling{sampled_params()}, prompt, options)
+                               : generate_autoregressive(bench.target, Greedy{}, prompt, options);
+    });
+    state.SetIterationTime(totals.seconds);
+  }
+  bench.plain_tokens[kind + "/" + mode] = totals.outputs;
+  bench.plain_rate[kind + "/" + mode] = totals.rate();
+  state.counters["tokens_per_second"] = totals.rate();
+  state.counters["tokens"] = static_cast<double>(totals.tokens);
+  state.SetItemsProcessed(static_cast<std::int64_t>(totals.tokens));
+}
+
+/// Linear interpolation of the measured t_v(w) at a fractional width.
+double verify_seconds(double width) {
+  const auto& t = Bench::get().t_verify;
+  const auto lo = static_cast<std::size_t>(std::clamp(std::floor(width), 1.0, static_cast<double>(t.rbegin()->first)));
+  const std::size_t hi = std::min(lo + 1, t.rbegin()->first);
+  const double f = std::clamp(width - static_cast<double>(lo), 0.0, 1.0);
+  return t.at(lo) + f * (t.at(hi) - t.at(lo));
+}
+
+void BM_Speculative(benchmark::State& state, const std::string& kind, const std::string& mode, const std::string& draft_name,
+                    std::size_t k, bool adaptive) {
+  Bench& bench = Bench::get();
+  Totals totals;
+  for (auto _ : state) {
+    with_draft(draft_name, [&](auto& draft) {
+      const auto go = [&](auto acceptance, auto length_policy) {
+        SpeculativeDecoder decoder(draft, bench.target, acceptance, length_policy);
+        return run_tasks(kind, mode == "sampled", [&](std::span<const Token> prompt, GenerateOptions options) {
+          options.draft_length = k;
+          return decoder.generate(prompt, options);
+        });
+      };
+      if (mode == "sampled")
+        totals = adaptive ? go(RejectionSampling{sampled_params()}, AdaptiveDraftLength{}) : go(RejectionSampling{sampled_params()}, FixedDraftLength{});
+      else
+        totals = adaptive ? go(Greedy{}, AdaptiveDraftLength{}) : go(Greedy{}, FixedDraftLength{});
+    });
+    state.SetIterationTime(totals.seconds);
+  }
+  const std::string key = kind + "/" + mode;
+  const double rounds = static_cast<double>(std::max<std::size_t>(totals.rounds, 1));
+  const double tau = static_cast<double>(totals.tokens) / rounds;
+  const double steps = static_cast<double>(totals.draft_steps) / rounds;
+  const double width = 1.0 + static_cast<double>(totals.drafted) / rounds;
+  const double t_ar = bench.t_verify.at(1);
+  const double predicted = tau * t_ar / (steps * bench.t_draft.at(draft_name) + verify_seconds(width));
+  state.counters["tokens_per_second"] = totals.rate();
+  state.counters["alpha"] = totals.drafted ? static_cast<double>(totals.accepted) / static_cast<double>(totals.drafted) : 0.0;
+  state.counters["tau"] = tau;
+  state.counters["draft_steps_per_round"] = steps;
+  state.counters["verify_width"] = width;
+  state.counters["speedup"] = totals.rate() / bench.plain_rate.at(key);
+  state.counters["predicted"] = predicted;
+  state.counters["c"] = bench.t_draft.at(draft_name) / t_ar;
+  state.counters["identical"] = mode == "sampled" ? -1.0 : (totals.outputs == bench.plain_tokens.at(key) ? 1.0 : 0.0);
+  for (std::size_t i = 0; i < totals.drafted_at.size(); ++i)
+    state.counters["acc" + std::to_string(i + 1)] =
+        totals.drafted_at[i] ? static_cast<double>(totals.accepted_at[i]) / static_cast<double>(totals.drafted_at[i]) : 0.0;
+  state.SetItemsProcessed(static_cast<std::int64_t>(totals.tokens));
+}
+
+/// Registers everything in the order it must run: costs, then per kind and mode the plain baseline first.
+int register_all() {
+  const auto drafts_env = split(env("SPECDEC_BENCH_DRAFTS", "ngram,early-exit:4,early-exit:10"));
+  std::vector<std::string> drafts = drafts_env;
+  if (!env("SPECDEC_BENCH_DRAFT_MODEL", "").empty()) drafts.push_back("model");
+  std::vector<std::size_t> ks;
+  for (const auto& k : split(env("SPECDEC_BENCH_KS", "1,2,3,4,5,6,7,8"))) ks.push_back(std::stoul(k));
+  const std::size_t max_k = *std::max_element(ks.begin(), ks.end());
+
+  benchmark::RegisterBenchmark("BM_Cost/bandwidth", BM_CostBandwidth)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+  for (std::size_t w = 1; w <= max_k + 1; ++w)
+    benchmark::RegisterBenchmark(("BM_Cost/target/w" + std::to_string(w)).c_str(), BM_CostTarget, w)
+        ->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+  for (const auto& d : drafts)
+    benchmark::RegisterBenchmark(("BM_Cost/draft/" + d).c_str(), BM_CostDraft, d)
+        ->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+  for (const auto& kind : split(env("SPECDEC_BENCH_KINDS", "grounded,chat,code")))
+    for (const auto& mode : split(env("SPECDEC_BENCH_MODES", "greedy,sampled"))) {
+      const std::string prefix = "BM_E2E/" + kind + "/" + mode + "/";
+      benchmark::RegisterBenchmark((prefix + "plain").c_str(), BM_Plain, kind, mode)
+          ->Iterations(1)->UseManualTime()->Unit(benchmark::kSecond);
+      for (const auto& d : drafts) {
+        for (std::size_t k : ks)
+          benchmark::RegisterBenchmark((prefix + d + "/k" + std::to_string(k)).c_str(), BM_Speculative, kind, mode, d, k, false)
+              ->Iterations(1)->UseManualTime()->Unit(benchmark::kSecond);
+        benchmark::RegisterBenchmark((prefix + d + "/adaptive").c_str(), BM_Speculative, kind, mode, d, max_k, true)
+            ->Iterations(1)->UseManualTime()->Unit(benchmark::kSecond);
+      }
+    }
+  return 0;
+}
+const int registered = register_all();
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  try {
+    Bench::get();
+    benchmark::RunSpecifiedBenchmarks();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_e2e: %s\n", e.what());
+    return 2;
+  }
+  benchmark::Shutdown();
+  return 0;
+}
