@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "specdec/llama/detail/attention.hpp"
 #include "specdec/llama/matmul.hpp"
 
 namespace {
@@ -187,4 +188,20 @@ TEST_CASE("matmul with several outputs and accumulation equals separate products
   specdec::llama::matmul(MatmulOutput{&b.packed, sb.data(), 20, false}, x.data(), cols, 3, pool);
   REQUIRE(ya == sa);
   for (std::size_t i = 0; i < sb.size(); ++i) REQUIRE(yb[i] == 1.5f + sb[i]);
+}
+
+TEST_CASE("exp_approx is within a few ulp of std::exp and gives the same bits in vector and scalar loops",
+          "[kernels]") {
+  std::vector<float> x;
+  for (float v = -90.0f; v < 90.0f; v += 0.0137f) x.push_back(v);
+  std::vector<float> vectorised(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) vectorised[i] = specdec::llama::detail::exp_approx(x[i]);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    volatile float one = x[i];  // a scalar call the compiler cannot fold into the loop above
+    const float scalar = specdec::llama::detail::exp_approx(one);
+    REQUIRE(std::memcmp(&scalar, &vectorised[i], sizeof(float)) == 0);
+    if (x[i] > -87.0f && x[i] < 88.0f) REQUIRE(std::abs(scalar - std::exp(x[i])) <= 4e-7f * std::exp(x[i]));
+  }
+  REQUIRE(specdec::llama::detail::exp_approx(-1000.0f) < 1e-37f);
+  REQUIRE(specdec::llama::detail::exp_approx(0.0f) == 1.0f);
 }

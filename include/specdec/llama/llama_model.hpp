@@ -20,13 +20,13 @@
 #include <cmath>
 #include <cstddef>
 #include <filesystem>
-#include <limits>
 #include <memory>
 #include <span>
 #include <vector>
 
 #include "specdec/error.hpp"
 #include "specdec/kv_cache.hpp"
+#include "specdec/llama/detail/attention.hpp"
 #include "specdec/llama/gguf.hpp"
 #include "specdec/llama/llama_weights.hpp"
 #include "specdec/llama/matmul.hpp"
@@ -44,18 +44,6 @@ struct LoadOptions {
 };
 
 namespace detail {
-
-/// Sum of a[i]·b[i] in 16 interleaved partial sums and a fixed reduction tree (vectorisable, deterministic).
-inline float dot(const float* a, const float* b, std::size_t n) {
-  float lanes[16] = {};
-  std::size_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (std::size_t l = 0; l < 16; ++l) lanes[l] += a[i + l] * b[i + l];
-  for (; i < n; ++i) lanes[i % 16] += a[i] * b[i];
-  for (std::size_t width = 8; width > 0; width /= 2)
-    for (std::size_t l = 0; l < width; ++l) lanes[l] += lanes[l + width];
-  return lanes[0];
-}
 
 /// The state of one running transformer: weights (shared), the first `layers` blocks, a KV cache, buffers.
 class Transformer {
@@ -127,7 +115,7 @@ class Transformer {
       rms_norm(x_.data(), w.ffn_norm.data(), h_.data(), n);
       const MatmulOutput gate_up[] = {{&w.gate, gate_.data(), c.ffn, false}, {&w.up, up_.data(), c.ffn, false}};
       matmul(gate_up, h_.data(), e, n, pool);
-      for (std::size_t i = 0; i < n * c.ffn; ++i) gate_[i] = gate_[i] / (1.0f + std::exp(-gate_[i])) * up_[i];
+      for (std::size_t i = 0; i < n * c.ffn; ++i) gate_[i] = gate_[i] / (1.0f + exp_approx(-gate_[i])) * up_[i];
       matmul(MatmulOutput{&w.down, x_.data(), e, true}, gate_.data(), c.ffn, n, pool);
     }
 
@@ -192,27 +180,9 @@ class Transformer {
       float* scores = &scores_[index * max_context_];  // [max_context]
       const auto [first, last] = split(n * c.heads, index, count);
       for (std::size_t task = first; task < last; ++task) {
-        const std::size_t i = task / c.heads, h = task % c.heads, keys_seen = start + i + 1;
-        const float* q = &q_[i * qw + h * d];
-        const std::size_t kv_offset = (h / group) * d;
-        float max = -std::numeric_limits<float>::infinity();
-        for (std::size_t j = 0; j < keys_seen; ++j) {
-          scores[j] = dot(q, keys + j * kw + kv_offset, d) * scale;
-          max = std::max(max, scores[j]);
-        }
-        float sum = 0.0f;
-        for (std::size_t j = 0; j < keys_seen; ++j) {
-          scores[j] = std::exp(scores[j] - max);
-          sum += scores[j];
-        }
-        float* out = &attn_[i * qw + h * d];
-        std::fill(out, out + d, 0.0f);
-        for (std::size_t j = 0; j < keys_seen; ++j) {
-          const float* v = values + j * kw + kv_offset;
-          for (std::size_t k = 0; k < d; ++k) out[k] += scores[j] * v[k];
-        }
-        const float inv = 1.0f / sum;
-        for (std::size_t k = 0; k < d; ++k) out[k] *= inv;
+        const std::size_t i = task / c.heads, h = task % c.heads, kv_offset = (h / group) * d;
+        attend(&q_[i * qw + h * d], keys + kv_offset, values + kv_offset, kw, start + i + 1, d, scale, scores,
+               &attn_[i * qw + h * d]);
       }
     });
   }

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -29,8 +30,9 @@
 
 namespace specdec::llama::detail {
 
-/// Positions that share one pass over a panel's weights.
-inline constexpr std::size_t max_position_group = 8;
+/// Positions that share one pass over a panel's weights. One pass streams the weights from memory while
+/// computing, so up to 16 positions cost about one weight read.
+inline constexpr std::size_t max_position_group = 16;
 
 /// Sizes of near-equal groups of at most max_position_group positions: group g of n covers
 /// [group_begin(n, g), group_begin(n, g + 1)).
@@ -152,9 +154,11 @@ struct VisitQ4 {
   }
 };
 
-/// R panels starting at `panel` × P positions starting at x: accumulate over all columns, then store.
+/// R panels starting at `panel` × P positions: accumulate over all columns, then store.
+/// xt: the P positions' inputs interleaved, xt[k·P + p] = x[p, k], so that every broadcast addresses one base
+/// register (P separate row pointers would exhaust the general registers for large P).
 template <class Visitor, int R, int P>
-void panel_kernel(const MatmulOutput& out, std::size_t panel, const float* x, std::size_t x_stride) {
+void panel_kernel(const MatmulOutput& out, std::size_t panel, const float* xt) {
   const PackedMatrix& w = *out.weights;
   const std::byte* panels[R];
   for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + r);
@@ -163,7 +167,7 @@ void panel_kernel(const MatmulOutput& out, std::size_t panel, const float* x, st
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
   Visitor::template run<R>(panels, w.cols(), [&](const __m512* wv, std::size_t k) SPECDEC_ALWAYS_INLINE_LAMBDA {
     for (int p = 0; p < P; ++p) {
-      const __m512 xv = _mm512_set1_ps(x[p * x_stride + k]);
+      const __m512 xv = _mm512_set1_ps(xt[k * P + p]);
       for (int r = 0; r < R; ++r) acc[r][p] = _mm512_fmadd_ps(wv[r], xv, acc[r][p]);
     }
   });
@@ -180,33 +184,53 @@ void panel_kernel(const MatmulOutput& out, std::size_t panel, const float* x, st
   }
 }
 
-using KernelFn = void (*)(const MatmulOutput&, std::size_t, const float*, std::size_t);
+using KernelFn = void (*)(const MatmulOutput&, std::size_t, const float*);
 
-/// Kernels for R panels by P = 1..8 positions: table[P - 1].
+/// Kernels for R panels by P = 1..sizeof...(P) positions: table[P - 1].
 template <class Visitor, int R, int... P>
 constexpr std::array<KernelFn, sizeof...(P)> kernel_table(std::integer_sequence<int, P...>) {
   return {&panel_kernel<Visitor, R, P + 1>...};
+}
+
+/// Panels per kernel step for a group of `count` positions: as many accumulators as the 32 registers allow
+/// next to the weights (and, for block encodings, their scales).
+inline std::size_t panels_per_step(PanelEncoding encoding, std::size_t count) {
+  if (count <= 2) return 4;
+  const bool plain = encoding == PanelEncoding::f32 || encoding == PanelEncoding::bf16;
+  return count <= (plain ? 12u : 8u) ? 2 : 1;
 }
 
 template <class Visitor>
 void matmul_panels_avx512(const MatmulOutput& out, std::size_t first, std::size_t last, const float* x,
                           std::size_t x_stride, std::size_t positions) {
   static constexpr auto wide = kernel_table<Visitor, 4>(std::make_integer_sequence<int, 2>{});
-  static constexpr auto pair = kernel_table<Visitor, 2>(std::make_integer_sequence<int, max_position_group>{});
+  static constexpr auto pair = kernel_table<Visitor, 2>(std::make_integer_sequence<int, 12>{});
   static constexpr auto single = kernel_table<Visitor, 1>(std::make_integer_sequence<int, max_position_group>{});
+  // Interleave the inputs once per call: xt[begin·cols + k·count + i] = x[begin + i, k] for each group.
+  const std::size_t cols = out.weights->cols();
+  static thread_local std::vector<float> interleaved;  // grows to the largest call, then no allocation
+  if (interleaved.size() < positions * cols) interleaved.resize(positions * cols);
+  for (std::size_t g = 0; g < group_count(positions); ++g) {
+    const std::size_t begin = group_begin(positions, g), count = group_begin(positions, g + 1) - begin;
+    float* xt = interleaved.data() + begin * cols;
+    for (std::size_t i = 0; i < count; ++i)
+      for (std::size_t k = 0; k < cols; ++k) xt[k * count + i] = x[(begin + i) * x_stride + k];
+  }
   constexpr std::size_t block = 4;  // panels whose weights stay in cache while every position group passes
   for (std::size_t b = first; b < last; b += block) {
     const std::size_t block_end = std::min(last, b + block);
     for (std::size_t g = 0; g < group_count(positions); ++g) {
       const std::size_t begin = group_begin(positions, g), count = group_begin(positions, g + 1) - begin;
-      const float* xg = x + begin * x_stride;
+      const std::size_t step = panels_per_step(out.weights->encoding(), count);
+      const float* xt = interleaved.data() + begin * cols;
       MatmulOutput og = out;
       og.y = out.y + begin * out.y_stride;
       std::size_t p = b;
-      if (count <= 2)
-        for (; p + 4 <= block_end; p += 4) wide[count - 1](og, p, xg, x_stride);
-      for (; p + 2 <= block_end; p += 2) pair[count - 1](og, p, xg, x_stride);
-      for (; p < block_end; ++p) single[count - 1](og, p, xg, x_stride);
+      if (step == 4)
+        for (; p + 4 <= block_end; p += 4) wide[count - 1](og, p, xt);
+      if (step >= 2)
+        for (; p + 2 <= block_end; p += 2) pair[count - 1](og, p, xt);
+      for (; p < block_end; ++p) single[count - 1](og, p, xt);
     }
   }
 }
