@@ -105,6 +105,7 @@ void forward(benchmark::State& state, WeightFormat format) {
 
 void BM_LlamaForward_f32(benchmark::State& state) { forward(state, WeightFormat::f32); }
 void BM_LlamaForward_bf16(benchmark::State& state) { forward(state, WeightFormat::bf16); }
+void BM_LlamaForward_bf16_dot(benchmark::State& state) { forward(state, WeightFormat::bf16_dot); }
 void BM_LlamaForward_quantized(benchmark::State& state) { forward(state, WeightFormat::quantized); }
 
 void BM_MemoryBandwidth(benchmark::State& state) {
@@ -125,6 +126,7 @@ void positions(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_MemoryBandwidth)->Iterations(1)->Repetitions(1);
 BENCHMARK(BM_LlamaForward_f32)->Apply(positions);
 BENCHMARK(BM_LlamaForward_bf16)->Apply(positions);
+BENCHMARK(BM_LlamaForward_bf16_dot)->Apply(positions);
 BENCHMARK(BM_LlamaForward_quantized)->Apply(positions);
 
 }  // namespace

@@ -57,13 +57,13 @@ TestMatrix random_matrix(PanelEncoding encoding, std::size_t rows, std::size_t c
   std::mt19937 rng(seed);
   TestMatrix m;
   m.dense.resize(rows * cols);
-  if (encoding == PanelEncoding::f32 || encoding == PanelEncoding::bf16) {
+  if (specdec::llama::is_float_encoding(encoding)) {
     std::normal_distribution<float> normal(0.0f, 0.5f);
     for (auto& v : m.dense) v = normal(rng);
     m.packed = PackedMatrix::from_rows(rows, cols, encoding, [&](std::size_t r, float* out) {
       std::copy_n(m.dense.data() + r * cols, cols, out);
     });
-    if (encoding == PanelEncoding::bf16)
+    if (encoding != PanelEncoding::f32)
       for (auto& v : m.dense) v = specdec::gguf::bf16_to_float(specdec::gguf::float_to_bf16(v));
   } else {
     const auto blocks = random_blocks(encoding, rows, cols, rng);
@@ -83,8 +83,14 @@ std::vector<float> random_inputs(std::size_t positions, std::size_t cols, unsign
   return x;
 }
 
-const PanelEncoding all_encodings[] = {PanelEncoding::f32, PanelEncoding::bf16, PanelEncoding::q8_0,
-                                       PanelEncoding::q4_0, PanelEncoding::q4_1};
+const PanelEncoding all_encodings[] = {PanelEncoding::f32,  PanelEncoding::bf16, PanelEncoding::bf16_dot,
+                                       PanelEncoding::q8_0, PanelEncoding::q4_0, PanelEncoding::q4_1};
+
+/// The inputs a kernel multiplies: bf16_dot rounds them to bf16 first.
+float effective_input(PanelEncoding encoding, float x) {
+  if (encoding != PanelEncoding::bf16_dot) return x;
+  return specdec::gguf::bf16_to_float(specdec::gguf::float_to_bf16(x));
+}
 
 }  // namespace
 
@@ -131,25 +137,28 @@ TEST_CASE("a packed matrix gives back the dequantised rows it was built from", "
 
 TEST_CASE("matmul matches a double-precision reference for every encoding and kernel path", "[kernels]") {
   ThreadPool pool(2);
-  const std::size_t rows = 83, cols = 160;  // rows not a multiple of 16: exercises the padded last panel
+  const std::size_t rows = 83;  // not a multiple of 16: exercises the padded last panel
   for (auto encoding : all_encodings)
-    for (bool portable : {false, true})
-      for (std::size_t n : {1, 2, 3, 5, 9, 16}) {
-        CAPTURE(static_cast<int>(encoding), portable, n);
-        const auto m = random_matrix(encoding, rows, cols, 5);
-        const auto x = random_inputs(n, cols, 7);
-        std::vector<float> y(n * rows, 0.0f);
-        specdec::llama::matmul(MatmulOutput{&m.packed, y.data(), rows, false}, x.data(), cols, n, pool, portable);
-        for (std::size_t p = 0; p < n; ++p)
-          for (std::size_t r = 0; r < rows; ++r) {
-            double expected = 0.0, magnitude = 0.0;
-            for (std::size_t k = 0; k < cols; ++k) {
-              expected += double(m.dense[r * cols + k]) * x[p * cols + k];
-              magnitude += std::abs(double(m.dense[r * cols + k]) * x[p * cols + k]);
+    for (std::size_t cols : {160, 45})  // 45: an odd column count, for the float encodings only
+      for (bool portable : {false, true})
+        for (std::size_t n : {1, 2, 3, 5, 9, 16}) {
+          if (cols % 32 != 0 && !specdec::llama::is_float_encoding(encoding)) continue;
+          CAPTURE(static_cast<int>(encoding), cols, portable, n);
+          const auto m = random_matrix(encoding, rows, cols, 5);
+          const auto x = random_inputs(n, cols, 7);
+          std::vector<float> y(n * rows, 0.0f);
+          specdec::llama::matmul(MatmulOutput{&m.packed, y.data(), rows, false}, x.data(), cols, n, pool, portable);
+          for (std::size_t p = 0; p < n; ++p)
+            for (std::size_t r = 0; r < rows; ++r) {
+              double expected = 0.0, magnitude = 0.0;
+              for (std::size_t k = 0; k < cols; ++k) {
+                const double xk = effective_input(encoding, x[p * cols + k]);
+                expected += double(m.dense[r * cols + k]) * xk;
+                magnitude += std::abs(double(m.dense[r * cols + k]) * xk);
+              }
+              REQUIRE(std::abs(y[p * rows + r] - expected) <= 1e-5 * magnitude + 1e-6);
             }
-            REQUIRE(std::abs(y[p * rows + r] - expected) <= 1e-5 * magnitude + 1e-6);
-          }
-      }
+        }
 }
 
 TEST_CASE("matmul of n positions is bit-identical to n single-position products, any thread count", "[kernels]") {

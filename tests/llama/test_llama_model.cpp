@@ -23,7 +23,8 @@ using specdec::llama::WeightFormat;
 using specdec::testing::GgufWriter;
 using TT = specdec::gguf::TensorType;
 
-const WeightFormat all_formats[] = {WeightFormat::f32, WeightFormat::bf16, WeightFormat::quantized};
+const WeightFormat all_formats[] = {WeightFormat::f32, WeightFormat::bf16, WeightFormat::bf16_dot,
+                                    WeightFormat::quantized};
 
 struct TinyOptions {
   bool separate_output = false;  // write output.weight instead of tying the head to token_embd
@@ -234,10 +235,11 @@ TEST_CASE("the forward pass matches a naive double-precision llama on a tiny ran
       REQUIRE(logits.rows() == 12);
       REQUIRE(logits.cols() == 96);
       for (std::size_t i = 0; i < tokens.size(); ++i) {
-        // f32 and quantized hold the file's values exactly; bf16 rounds them to 8 significant bits.
+        // f32 and quantized hold the file's values exactly; bf16 rounds them (and bf16_dot also the
+        // activations inside each product) to 8 significant bits.
         double scale = 1.0;
         for (double v : expected[i]) scale = std::max(scale, std::abs(v));
-        const double tolerance = (format == WeightFormat::bf16 ? 5e-2 : 2e-5) * scale;
+        const double tolerance = (format == WeightFormat::bf16 || format == WeightFormat::bf16_dot ? 5e-2 : 2e-5) * scale;
         for (std::size_t v = 0; v < 96; ++v) REQUIRE(std::abs(logits(i, v) - expected[i][v]) <= tolerance);
       }
     }

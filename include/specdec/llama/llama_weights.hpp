@@ -178,8 +178,11 @@ class LlamaWeights {
         default: break;
       }
     }
-    const bool bf16 = format == WeightFormat::bf16 || (format == WeightFormat::quantized && t.type == gguf::TensorType::BF16);
-    return PackedMatrix::from_rows(rows, cols, bf16 ? PanelEncoding::bf16 : PanelEncoding::f32,
+    PanelEncoding encoding = PanelEncoding::f32;
+    if (format == WeightFormat::bf16 || (format == WeightFormat::quantized && t.type == gguf::TensorType::BF16))
+      encoding = PanelEncoding::bf16;
+    if (format == WeightFormat::bf16_dot) encoding = PanelEncoding::bf16_dot;
+    return PackedMatrix::from_rows(rows, cols, encoding,
                                    [&](std::size_t r, float* out) { t.dequantize_row(r, out); });
   }
 

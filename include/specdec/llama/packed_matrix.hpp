@@ -4,7 +4,9 @@
 // Layout: a matrix of `rows` outputs and `cols` inputs is cut into panels of 16 rows (the last one padded with
 // zero rows). Inside a panel, for each input index k the 16 rows' weights are contiguous, so one vector load
 // gives 16 output rows' weights for one k and y[16 rows] accumulates over k in one register:
-//   f32   [cols][16] floats                         bf16 [cols][16] bf16 (upper halves of floats)
+//   f32   [cols][16] floats
+//   bf16  [cols/2][16][2] bf16 (upper halves of floats): column pairs (2j, 2j+1) of each row side by side, the
+//         operand layout of AVX-512 BF16 dot products; an odd last column is paired with a zero
 //   q8_0  per 32-column block: d[16] f16, q[32][16] int8                     (w = q·d)
 //   q4_0  per 32-column block: d[16] f16, q[16][16] nibble pairs             (w = (q − 8)·d)
 //   q4_1  per 32-column block: d[16] f16, m[16] f16, q[16][16] nibble pairs  (w = q·d + m)
@@ -28,7 +30,9 @@ namespace specdec::llama {
 /// The in-memory weight format chosen at load time.
 enum class WeightFormat {
   f32,        ///< the GGUF weights dequantised to float, exactly
-  bf16,       ///< the dequantised weights rounded to bfloat16 (half the bytes of f32)
+  bf16,       ///< the dequantised weights rounded to bfloat16 (half the bytes of f32), float activations
+  bf16_dot,   ///< bf16 weights, and activations rounded to bf16 inside each product (AVX-512 BF16 dot products:
+              ///< twice the multiply rate of f32; the one format whose arithmetic differs from float math)
   quantized,  ///< Q4_0 / Q4_1 / Q8_0 blocks kept as they are and dequantised inside the kernel; other tensor types as f32
 };
 
@@ -36,13 +40,20 @@ inline std::string_view to_string(WeightFormat format) {
   switch (format) {
     case WeightFormat::f32: return "f32";
     case WeightFormat::bf16: return "bf16";
+    case WeightFormat::bf16_dot: return "bf16_dot";
     case WeightFormat::quantized: return "quantized";
   }
   return "unknown";
 }
 
 /// How one packed matrix stores its weights (see the layout table at the top of this file).
-enum class PanelEncoding { f32, bf16, q8_0, q4_0, q4_1 };
+/// bf16_dot stores weights as bf16 does but multiplies them with bf16-rounded inputs.
+enum class PanelEncoding { f32, bf16, bf16_dot, q8_0, q4_0, q4_1 };
+
+/// Whether an encoding is built from float rows (rather than from GGUF quant blocks).
+constexpr bool is_float_encoding(PanelEncoding e) {
+  return e == PanelEncoding::f32 || e == PanelEncoding::bf16 || e == PanelEncoding::bf16_dot;
+}
 
 inline constexpr std::size_t panel_rows = 16;   // output rows per panel: one AVX-512 register of floats
 inline constexpr std::size_t quant_block = 32;  // columns per Q4_0 / Q4_1 / Q8_0 block
@@ -65,6 +76,9 @@ constexpr std::size_t panel_block_bytes(PanelEncoding e) {
   }
 }
 
+/// Byte offset of column k, row lane l in a bf16 panel ([cols/2][16][2]).
+constexpr std::size_t bf16_offset(std::size_t k, std::size_t lane) { return ((k / 2 * panel_rows + lane) * 2 + k % 2) * 2; }
+
 /// Calls visit(w, k) with the 16 rows' weights w[16] of column k, for every column of one panel, in the
 /// kernel's accumulation order. The portable path of the kernel and PackedMatrix::row use it.
 template <class Visit>
@@ -80,8 +94,9 @@ void visit_panel(const std::byte* panel, PanelEncoding encoding, std::size_t col
       }
       return;
     case PanelEncoding::bf16:
+    case PanelEncoding::bf16_dot:
       for (std::size_t k = 0; k < cols; ++k) {
-        for (std::size_t l = 0; l < panel_rows; ++l) w[l] = gguf::bf16_to_float(load_u16(panel + (k * panel_rows + l) * 2));
+        for (std::size_t l = 0; l < panel_rows; ++l) w[l] = gguf::bf16_to_float(load_u16(panel + bf16_offset(k, l)));
         visit(w, k);
       }
       return;
@@ -134,11 +149,10 @@ class PackedMatrix {
  public:
   PackedMatrix() = default;
 
-  /// Packs float rows: row_fn(r, out) writes the cols values of row r to out. requires: encoding is f32 or bf16.
+  /// Packs float rows: row_fn(r, out) writes the cols values of row r to out. requires: is_float_encoding.
   template <class RowFn>
   static PackedMatrix from_rows(std::size_t rows, std::size_t cols, PanelEncoding encoding, RowFn&& row_fn) {
-    if (encoding != PanelEncoding::f32 && encoding != PanelEncoding::bf16)
-      specdec::detail::fail("packed matrix from float rows needs f32 or bf16 encoding");
+    if (!is_float_encoding(encoding)) specdec::detail::fail("packed matrix from float rows needs a float encoding");
     PackedMatrix m(rows, cols, encoding);
     std::vector<float> row(cols);
     for (std::size_t r = 0; r < rows; ++r) {
@@ -150,7 +164,7 @@ class PackedMatrix {
           std::memcpy(panel + (k * panel_rows + lane) * 4, &row[k], 4);
         } else {
           const std::uint16_t h = gguf::float_to_bf16(row[k]);
-          std::memcpy(panel + (k * panel_rows + lane) * 2, &h, 2);
+          std::memcpy(panel + detail::bf16_offset(k, lane), &h, 2);
         }
       }
     }
@@ -159,7 +173,7 @@ class PackedMatrix {
 
   /// Packs GGUF quant blocks: `data` holds `rows` rows of cols / 32 consecutive Q8_0, Q4_0 or Q4_1 blocks.
   static PackedMatrix from_blocks(std::size_t rows, std::size_t cols, PanelEncoding encoding, const std::byte* data) {
-    if (encoding == PanelEncoding::f32 || encoding == PanelEncoding::bf16)
+    if (is_float_encoding(encoding))
       specdec::detail::fail("packed matrix from quant blocks needs a block encoding");
     if (cols % quant_block != 0) specdec::detail::fail("quantized matrix needs cols divisible by 32, got ", cols);
     PackedMatrix m(rows, cols, encoding);
@@ -190,7 +204,9 @@ class PackedMatrix {
   std::size_t panel_bytes() const { return panel_bytes_; }
   /// Weight bytes a product streams: all panels once.
   std::size_t bytes() const { return panels() * panel_bytes_; }
-  const std::byte* panel(std::size_t p) const { return storage_.front().bytes + p * panel_bytes_; }
+  const std::byte* panel(std::size_t p) const {
+    return reinterpret_cast<const std::byte*>(storage_.data()) + p * panel_bytes_;
+  }
 
   /// Writes the (dequantised) weights of row r to out[0 .. cols). requires: r < rows().
   void row(std::size_t r, float* out) const {
@@ -204,12 +220,13 @@ class PackedMatrix {
       : rows_(rows), cols_(cols), encoding_(encoding) {
     switch (encoding) {
       case PanelEncoding::f32: panel_bytes_ = cols * panel_rows * 4; break;
-      case PanelEncoding::bf16: panel_bytes_ = cols * panel_rows * 2; break;
+      case PanelEncoding::bf16:
+      case PanelEncoding::bf16_dot: panel_bytes_ = (cols + 1) / 2 * panel_rows * 4; break;
       default: panel_bytes_ = cols / quant_block * detail::panel_block_bytes(encoding);
     }
     storage_.assign((panels() * panel_bytes_ + 63) / 64 + 1, detail::CacheLine{});
   }
-  std::byte* panel_data(std::size_t p) { return storage_.front().bytes + p * panel_bytes_; }
+  std::byte* panel_data(std::size_t p) { return reinterpret_cast<std::byte*>(storage_.data()) + p * panel_bytes_; }
 
   std::size_t rows_ = 0;
   std::size_t cols_ = 0;

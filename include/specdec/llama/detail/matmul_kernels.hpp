@@ -9,8 +9,10 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -45,6 +47,7 @@ inline std::size_t group_begin(std::size_t n, std::size_t g) { return n * g / gr
 inline void matmul_panels_portable(const MatmulOutput& out, std::size_t first, std::size_t last, const float* x,
                                    std::size_t x_stride, std::size_t positions) {
   const PackedMatrix& w = *out.weights;
+  const bool round_inputs = w.encoding() == PanelEncoding::bf16_dot;  // emulates the BF16 dot product's inputs
   float acc[max_position_group][panel_rows];
   for (std::size_t p = first; p < last; ++p) {
     const std::size_t row0 = p * panel_rows;
@@ -54,7 +57,8 @@ inline void matmul_panels_portable(const MatmulOutput& out, std::size_t first, s
       for (std::size_t i = 0; i < count; ++i) std::fill(acc[i], acc[i] + panel_rows, 0.0f);
       visit_panel(w.panel(p), w.encoding(), w.cols(), [&](const float* wv, std::size_t k) {
         for (std::size_t i = 0; i < count; ++i) {
-          const float xv = x[(begin + i) * x_stride + k];
+          float xv = x[(begin + i) * x_stride + k];
+          if (round_inputs) xv = gguf::bf16_to_float(gguf::float_to_bf16(xv));
           for (std::size_t l = 0; l < panel_rows; ++l) acc[i][l] += wv[l] * xv;
         }
       });
@@ -90,13 +94,16 @@ struct VisitF32 {
 struct VisitBf16 {
   template <int R, class Fn>
   static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, Fn&& fn) {
-    for (std::size_t k = 0; k < cols; ++k) {
-      __m512 w[R];
+    const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+    for (std::size_t k = 0; k < cols; k += 2) {
+      __m512 even[R], odd[R];
       for (int r = 0; r < R; ++r) {
-        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel[r] + k * panel_rows * 2));
-        w[r] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        const __m512i pair = _mm512_loadu_si512(panel[r] + k * panel_rows * 2);  // 16 × (w[k], w[k + 1])
+        even[r] = _mm512_castsi512_ps(_mm512_slli_epi32(pair, 16));
+        odd[r] = _mm512_castsi512_ps(_mm512_and_si512(pair, high));
       }
-      fn(w, k);
+      fn(even, k);
+      if (k + 1 < cols) fn(odd, k + 1);
     }
   }
 };
@@ -154,6 +161,23 @@ struct VisitQ4 {
   }
 };
 
+/// Writes (or adds) R × P accumulators to their outputs, masking the padded rows of the last panel.
+template <int R, int P>
+SPECDEC_ALWAYS_INLINE void store_panels(const MatmulOutput& out, std::size_t panel, const __m512 (&acc)[R][P]) {
+  const PackedMatrix& w = *out.weights;
+  for (int r = 0; r < R; ++r) {
+    const std::size_t row0 = (panel + r) * panel_rows;
+    const std::size_t lanes = std::min(panel_rows, w.rows() - row0);
+    const __mmask16 mask = lanes == panel_rows ? __mmask16(0xFFFF) : __mmask16((1u << lanes) - 1);
+    for (int p = 0; p < P; ++p) {
+      float* y = out.y + p * out.y_stride + row0;
+      __m512 v = acc[r][p];
+      if (out.accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y), v);
+      _mm512_mask_storeu_ps(y, mask, v);
+    }
+  }
+}
+
 /// R panels starting at `panel` × P positions: accumulate over all columns, then store.
 /// xt: the P positions' inputs interleaved, xt[k·P + p] = x[p, k], so that every broadcast addresses one base
 /// register (P separate row pointers would exhaust the general registers for large P).
@@ -171,33 +195,81 @@ void panel_kernel(const MatmulOutput& out, std::size_t panel, const float* xt) {
       for (int r = 0; r < R; ++r) acc[r][p] = _mm512_fmadd_ps(wv[r], xv, acc[r][p]);
     }
   });
-  for (int r = 0; r < R; ++r) {
-    const std::size_t row0 = (panel + r) * panel_rows;
-    const std::size_t lanes = std::min(panel_rows, w.rows() - row0);
-    const __mmask16 mask = lanes == panel_rows ? __mmask16(0xFFFF) : __mmask16((1u << lanes) - 1);
-    for (int p = 0; p < P; ++p) {
-      float* y = out.y + p * out.y_stride + row0;
-      __m512 v = acc[r][p];
-      if (out.accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y), v);
-      _mm512_mask_storeu_ps(y, mask, v);
-    }
-  }
+  store_panels<R, P>(out, panel, acc);
 }
 
+/// Marks the bf16_dot kernel in the tables below (it multiplies column pairs, not visited weight vectors).
+struct DotBf16 {};
+
+#if defined(__AVX512BF16__)
+/// The bf16_dot kernel: one vdpbf16ps per column pair multiplies 16 rows' bf16 weight pairs with a broadcast
+/// pair of bf16-rounded inputs (xt[kp·P + p] holds x[p, 2kp] | x[p, 2kp + 1] << 16) and adds both products.
+template <int R, int P>
+void panel_kernel_dot(const MatmulOutput& out, std::size_t panel, const float* xt_bits) {
+  const PackedMatrix& w = *out.weights;
+  const auto* xt = reinterpret_cast<const std::int32_t*>(xt_bits);
+  const std::byte* panels[R];
+  for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + r);
+  __m512 acc[R][P];
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
+  const std::size_t pairs = (w.cols() + 1) / 2;
+  for (std::size_t kp = 0; kp < pairs; ++kp) {
+    __m512bh wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = (__m512bh)_mm512_loadu_si512(panels[r] + kp * panel_rows * 4);
+    for (int p = 0; p < P; ++p) {
+      const __m512bh xv = (__m512bh)_mm512_set1_epi32(xt[kp * P + p]);
+      for (int r = 0; r < R; ++r) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], wv[r], xv);
+    }
+  }
+  store_panels<R, P>(out, panel, acc);
+}
+#endif
+
 using KernelFn = void (*)(const MatmulOutput&, std::size_t, const float*);
+
+template <class Visitor, int R, int P>
+constexpr KernelFn kernel_for() {
+#if defined(__AVX512BF16__)
+  if constexpr (std::is_same_v<Visitor, DotBf16>) return &panel_kernel_dot<R, P>;
+  else
+#endif
+    return &panel_kernel<Visitor, R, P>;
+}
 
 /// Kernels for R panels by P = 1..sizeof...(P) positions: table[P - 1].
 template <class Visitor, int R, int... P>
 constexpr std::array<KernelFn, sizeof...(P)> kernel_table(std::integer_sequence<int, P...>) {
-  return {&panel_kernel<Visitor, R, P + 1>...};
+  return {kernel_for<Visitor, R, P + 1>()...};
 }
 
 /// Panels per kernel step for a group of `count` positions: as many accumulators as the 32 registers allow
 /// next to the weights (and, for block encodings, their scales).
 inline std::size_t panels_per_step(PanelEncoding encoding, std::size_t count) {
   if (count <= 2) return 4;
-  const bool plain = encoding == PanelEncoding::f32 || encoding == PanelEncoding::bf16;
-  return count <= (plain ? 12u : 8u) ? 2 : 1;
+  return count <= (is_float_encoding(encoding) ? 12u : 8u) ? 2 : 1;
+}
+
+/// Interleaves the inputs of each position group: xt[begin·cols + k·count + i] = x[begin + i, k]; for the
+/// bf16_dot kernel, column pairs rounded to bf16 and packed into one 32-bit word per (pair, position).
+template <class Visitor>
+void interleave(const float* x, std::size_t x_stride, std::size_t positions, std::size_t cols, float* out) {
+  for (std::size_t g = 0; g < group_count(positions); ++g) {
+    const std::size_t begin = group_begin(positions, g), count = group_begin(positions, g + 1) - begin;
+    float* xt = out + begin * cols;
+    for (std::size_t i = 0; i < count; ++i) {
+      const float* row = x + (begin + i) * x_stride;
+      if constexpr (std::is_same_v<Visitor, DotBf16>) {
+        for (std::size_t k = 0; k < cols; k += 2) {
+          const std::uint32_t lo = gguf::float_to_bf16(row[k]);
+          const std::uint32_t hi = k + 1 < cols ? gguf::float_to_bf16(row[k + 1]) : 0u;
+          xt[k / 2 * count + i] = std::bit_cast<float>(lo | hi << 16);
+        }
+      } else {
+        for (std::size_t k = 0; k < cols; ++k) xt[k * count + i] = row[k];
+      }
+    }
+  }
 }
 
 template <class Visitor>
@@ -206,16 +278,10 @@ void matmul_panels_avx512(const MatmulOutput& out, std::size_t first, std::size_
   static constexpr auto wide = kernel_table<Visitor, 4>(std::make_integer_sequence<int, 2>{});
   static constexpr auto pair = kernel_table<Visitor, 2>(std::make_integer_sequence<int, 12>{});
   static constexpr auto single = kernel_table<Visitor, 1>(std::make_integer_sequence<int, max_position_group>{});
-  // Interleave the inputs once per call: xt[begin·cols + k·count + i] = x[begin + i, k] for each group.
   const std::size_t cols = out.weights->cols();
   static thread_local std::vector<float> interleaved;  // grows to the largest call, then no allocation
-  if (interleaved.size() < positions * cols) interleaved.resize(positions * cols);
-  for (std::size_t g = 0; g < group_count(positions); ++g) {
-    const std::size_t begin = group_begin(positions, g), count = group_begin(positions, g + 1) - begin;
-    float* xt = interleaved.data() + begin * cols;
-    for (std::size_t i = 0; i < count; ++i)
-      for (std::size_t k = 0; k < cols; ++k) xt[k * count + i] = x[(begin + i) * x_stride + k];
-  }
+  if (interleaved.size() < positions * (cols + 1)) interleaved.resize(positions * (cols + 1));
+  interleave<Visitor>(x, x_stride, positions, cols, interleaved.data());
   constexpr std::size_t block = 4;  // panels whose weights stay in cache while every position group passes
   for (std::size_t b = first; b < last; b += block) {
     const std::size_t block_end = std::min(last, b + block);
@@ -247,6 +313,11 @@ inline void matmul_panels(const MatmulOutput& out, std::size_t first, std::size_
     switch (out.weights->encoding()) {
       case PanelEncoding::f32: return matmul_panels_avx512<VisitF32>(out, first, last, x, x_stride, positions);
       case PanelEncoding::bf16: return matmul_panels_avx512<VisitBf16>(out, first, last, x, x_stride, positions);
+#if defined(__AVX512BF16__)
+      case PanelEncoding::bf16_dot: return matmul_panels_avx512<DotBf16>(out, first, last, x, x_stride, positions);
+#else
+      case PanelEncoding::bf16_dot: break;  // no BF16 dot instruction: the portable path emulates it
+#endif
       case PanelEncoding::q8_0: return matmul_panels_avx512<VisitQ8_0>(out, first, last, x, x_stride, positions);
       case PanelEncoding::q4_0: return matmul_panels_avx512<VisitQ4<false>>(out, first, last, x, x_stride, positions);
       case PanelEncoding::q4_1: return matmul_panels_avx512<VisitQ4<true>>(out, first, last, x, x_stride, positions);
