@@ -199,18 +199,29 @@ TEST_CASE("matmul with several outputs and accumulation equals separate products
   for (std::size_t i = 0; i < sb.size(); ++i) REQUIRE(yb[i] == 1.5f + sb[i]);
 }
 
-TEST_CASE("exp_approx is within a few ulp of std::exp and gives the same bits in vector and scalar loops",
-          "[kernels]") {
+TEST_CASE("exp_approx is within a few ulp of std::exp and its vector twin gives the same bits", "[kernels]") {
   std::vector<float> x;
   for (float v = -90.0f; v < 90.0f; v += 0.0137f) x.push_back(v);
-  std::vector<float> vectorised(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) vectorised[i] = specdec::llama::detail::exp_approx(x[i]);
+  x.resize(x.size() / 16 * 16 + 7);  // a scalar tail after the vector body
+  std::vector<float> vectorised = x;
+  specdec::llama::detail::exp_shifted(vectorised.data(), vectorised.size(), 0.0f);
   for (std::size_t i = 0; i < x.size(); ++i) {
-    volatile float one = x[i];  // a scalar call the compiler cannot fold into the loop above
-    const float scalar = specdec::llama::detail::exp_approx(one);
+    const float scalar = specdec::llama::detail::exp_approx(x[i]);
     REQUIRE(std::memcmp(&scalar, &vectorised[i], sizeof(float)) == 0);
     if (x[i] > -87.0f && x[i] < 88.0f) REQUIRE(std::abs(scalar - std::exp(x[i])) <= 4e-7f * std::exp(x[i]));
   }
   REQUIRE(specdec::llama::detail::exp_approx(-1000.0f) < 1e-37f);
   REQUIRE(specdec::llama::detail::exp_approx(0.0f) == 1.0f);
+}
+
+TEST_CASE("swiglu gives the same bits for an element in the vector body or the scalar tail", "[kernels]") {
+  const auto gate = random_inputs(1, 40, 8), up = random_inputs(1, 40, 9);
+  std::vector<float> all = gate;
+  specdec::llama::detail::swiglu(all.data(), up.data(), 40);
+  for (std::size_t i = 0; i < 40; ++i) {
+    float one = gate[i];
+    specdec::llama::detail::swiglu(&one, &up[i], 1);
+    REQUIRE(std::memcmp(&one, &all[i], sizeof(float)) == 0);
+    REQUIRE(one == Approx(gate[i] / (1.0 + std::exp(-double(gate[i]))) * up[i]).epsilon(1e-5));
+  }
 }

@@ -115,7 +115,7 @@ class Transformer {
       rms_norm(x_.data(), w.ffn_norm.data(), h_.data(), n);
       const MatmulOutput gate_up[] = {{&w.gate, gate_.data(), c.ffn, false}, {&w.up, up_.data(), c.ffn, false}};
       matmul(gate_up, h_.data(), e, n, pool);
-      for (std::size_t i = 0; i < n * c.ffn; ++i) gate_[i] = gate_[i] / (1.0f + exp_approx(-gate_[i])) * up_[i];
+      swiglu(gate_.data(), up_.data(), n * c.ffn);
       matmul(MatmulOutput{&w.down, x_.data(), e, true}, gate_.data(), c.ffn, n, pool);
     }
 

@@ -3,8 +3,7 @@
 //
 // Everything here computes one query position from that position's inputs only, in an operation order fixed
 // by the number of keys it sees, so the forward pass stays batch-invariant. exp_approx is plain float code
-// (no libm call) so that loops over it vectorise; vector and scalar instances give the same bits because they
-// perform the same IEEE operations.
+// (no libm call) with an AVX-512 twin, exp16; both perform the same IEEE operations and so give the same bits.
 #pragma once
 
 #include <algorithm>
@@ -19,20 +18,76 @@
 
 namespace specdec::llama::detail {
 
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+// GCC 12 flags the _mm512_undefined_ps() inside its own intrinsics (a known false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 /// e^x within about 2 ulp for x in [−87.3, 88.3]; inputs outside are clamped (so e^−1000 gives 1e−38, not 0).
 /// Cody–Waite reduction x = k·ln2 + r, |r| <= ln2/2, then a degree-6 polynomial for e^r and 2^k from bits.
+/// Every multiply-add is an explicit fma so that exp16 below, which mirrors it operation by operation, gives
+/// the same bits: an element's value does not depend on whether it falls in a vector body or a scalar tail.
 inline float exp_approx(float x) {
   x = std::min(std::max(x, -87.3f), 88.3f);
-  const float k = std::floor(x * 1.44269504088896341f + 0.5f);
-  const float r = (x - k * 0.693359375f) - k * -2.12194440e-4f;
+  const float k = std::floor(std::fma(x, 1.44269504088896341f, 0.5f));
+  float r = std::fma(-k, 0.693359375f, x);
+  r = std::fma(-k, -2.12194440e-4f, r);
   float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float e = (p * r) * r + r + 1.0f;
+  p = std::fma(p, r, 1.3981999507e-3f);
+  p = std::fma(p, r, 8.3334519073e-3f);
+  p = std::fma(p, r, 4.1665795894e-2f);
+  p = std::fma(p, r, 1.6666665459e-1f);
+  p = std::fma(p, r, 5.0000001201e-1f);
+  const float pr = p * r;
+  const float e = std::fma(pr, r, r) + 1.0f;
   return e * std::bit_cast<float>(static_cast<std::uint32_t>(static_cast<std::int32_t>(k) + 127) << 23);
+}
+
+#if defined(__AVX512F__)
+/// exp_approx on 16 lanes, the same operations in the same order.
+inline __m512 exp16(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
+  const __m512 k = _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
+                                        _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const __m512 neg_k = _mm512_sub_ps(_mm512_setzero_ps(), k);
+  __m512 r = _mm512_fmadd_ps(neg_k, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fmadd_ps(neg_k, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 pr = _mm512_mul_ps(p, r);
+  const __m512 e = _mm512_add_ps(_mm512_fmadd_ps(pr, r, r), _mm512_set1_ps(1.0f));
+  const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(k), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(e, _mm512_castsi512_ps(bits));
+}
+#endif
+
+/// v[i] = e^(v[i] − shift) for i < n.
+inline void exp_shifted(float* v, std::size_t n, float shift) {
+  std::size_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 s = _mm512_set1_ps(shift);
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(v + i, exp16(_mm512_sub_ps(_mm512_loadu_ps(v + i), s)));
+#endif
+  for (; i < n; ++i) v[i] = exp_approx(v[i] - shift);
+}
+
+/// gate[i] = SiLU(gate[i])·up[i] = gate[i] / (1 + e^−gate[i]) · up[i] for i < n.
+inline void swiglu(float* gate, const float* up, std::size_t n) {
+  std::size_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 g = _mm512_loadu_ps(gate + i);
+    const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+    _mm512_storeu_ps(gate + i, _mm512_mul_ps(silu, _mm512_loadu_ps(up + i)));
+  }
+#endif
+  for (; i < n; ++i) gate[i] = gate[i] / (1.0f + exp_approx(-gate[i])) * up[i];
 }
 
 /// Sum of a[i]·b[i] in 16 interleaved partial sums and a fixed reduction tree (vectorisable, deterministic).
@@ -46,12 +101,6 @@ inline float dot(const float* a, const float* b, std::size_t n) {
     for (std::size_t l = 0; l < width; ++l) lanes[l] += lanes[l + width];
   return lanes[0];
 }
-
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-// GCC 12 flags the _mm512_undefined_ps() inside its own intrinsics (a known false positive).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 
 /// out = softmax(q·Kᵀ·scale)·V for one query head over keys 0..keys_seen−1.
 /// q: [d]; keys, values: rows [keys_seen, stride] (this head's kv slice at the row start); scores: [keys_seen]
@@ -79,7 +128,7 @@ inline void attend(const float* q, const float* keys, const float* values, std::
   }
   // 2. Softmax weights e^(s − max) and their sum in 16 partial sums by key index.
   float lanes[16] = {};
-  for (std::size_t j = 0; j < keys_seen; ++j) scores[j] = exp_approx(scores[j] - max);
+  exp_shifted(scores, keys_seen, max);
   std::size_t j = 0;
   for (; j + 16 <= keys_seen; j += 16)
     for (std::size_t l = 0; l < 16; ++l) lanes[l] += scores[j + l];
