@@ -1,0 +1,122 @@
+// Speculative decoding on the real SmolLM2 weights: greedy output equals plain greedy output token for token
+// with every shipped draft, draft_length 1..12, threads 1 and 2; coupled sampling equals plain coupled sampling.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <specdec/llama/llama.hpp>
+#include <specdec/specdec.hpp>
+
+using namespace specdec;
+using llama::LlamaModel;
+
+namespace {
+
+struct Real {
+  gguf::File file = open();
+  llama::Tokenizer tokenizer = llama::Tokenizer::from_gguf(file);
+  std::shared_ptr<const llama::LlamaWeights> weights = llama::LlamaWeights::load(file, llama::WeightFormat::quantized);
+
+  static gguf::File open() {
+    if (!std::filesystem::exists(SPECDEC_MODEL_PATH))
+      FAIL("model file missing: " SPECDEC_MODEL_PATH " (run scripts/fetch-model)");
+    return gguf::File::open(SPECDEC_MODEL_PATH);
+  }
+  static Real& get() {
+    static Real real;
+    return real;
+  }
+  LlamaModel model(std::size_t threads) const {
+    return LlamaModel(weights, 512, std::make_shared<llama::ThreadPool>(threads));
+  }
+  std::vector<Token> prompt(const std::string& text, bool chat) const {
+    return tokenizer.encode(chat ? llama::Tokenizer::chat_prompt(text) : text);
+  }
+};
+
+const std::vector<std::pair<std::string, bool>> kPrompts{
+    {"Copy this list and add one more fruit: apple, banana, cherry, apple, banana, cherry.", true},
+    {"def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n", false},
+};
+
+}  // namespace
+
+TEST_CASE("greedy speculative output equals plain greedy output on SmolLM2 for every draft, k 1..12, threads 1 and 2",
+          "[llama][smollm2][speculative]") {
+  Real& real = Real::get();
+  for (std::size_t threads : {1, 2}) {
+    LlamaModel target = real.model(threads);
+    for (const auto& [text, chat] : kPrompts) {
+      const auto prompt = real.prompt(text, chat);
+      GenerateOptions options{.max_new_tokens = 24, .stop_tokens = real.tokenizer.stop_tokens()};
+      const auto plain = generate_autoregressive(target, Greedy{}, prompt, options);
+      REQUIRE(plain.tokens.size() > 4);
+      PromptLookupDraft lookup(target.vocab_size());
+      llama::EarlyExitDraft shallow(target, 4), deep(target, 22);
+      SpeculativeDecoder with_lookup(lookup, target);
+      SpeculativeDecoder with_shallow(shallow, target);
+      SpeculativeDecoder with_deep(deep, target);
+      std::size_t accepted = 0;
+      for (std::size_t k = 1; k <= 12; ++k) {
+        options.draft_length = k;
+        CAPTURE(threads, text, k);
+        const auto a = with_lookup.generate(prompt, options);
+        const auto b = with_shallow.generate(prompt, options);
+        const auto c = with_deep.generate(prompt, options);
+        CHECK(a.tokens == plain.tokens);
+        CHECK(b.tokens == plain.tokens);
+        CHECK(c.tokens == plain.tokens);
+        accepted += a.stats.accepted_tokens + c.stats.accepted_tokens;
+      }
+      CHECK(accepted > 0);  // the comparison covered accepted blocks, not only rejections
+    }
+  }
+}
+
+TEST_CASE("a second llama model as the draft keeps greedy output exact", "[llama][smollm2][speculative]") {
+  Real& real = Real::get();
+  LlamaModel target = real.model(1);
+  LlamaModel draft(real.weights, 512, target.pool());  // the same network loaded twice: a perfect draft
+  llama::check_same_vocabulary(real.tokenizer, real.tokenizer);
+  const auto prompt = real.prompt(kPrompts[0].first, true);
+  const GenerateOptions options{.max_new_tokens = 30, .draft_length = 5, .stop_tokens = real.tokenizer.stop_tokens()};
+  const auto plain = generate_autoregressive(target, Greedy{}, prompt, options);
+  const auto fast = SpeculativeDecoder(draft, target).generate(prompt, options);
+  CHECK(fast.tokens == plain.tokens);
+  CHECK(fast.stats.acceptance_rate() == 1.0);
+  CHECK(fast.stats.rounds * 6 >= fast.tokens.size());
+  CHECK(fast.stats.rounds <= (fast.tokens.size() + 5) / 6 + 1);
+}
+
+TEST_CASE("coupled sampling on SmolLM2 gives the plain coupled tokens for every draft and k, and adaptive k",
+          "[llama][smollm2][coupled]") {
+  Real& real = Real::get();
+  LlamaModel target = real.model(2);
+  const auto prompt = real.prompt("Write one sentence about the sea.", true);
+  PromptLookupDraft lookup(target.vocab_size());
+  llama::EarlyExitDraft early(target, 12);
+  for (std::uint64_t seed : {1u, 2u}) {
+    const CoupledSampling policy{{.temperature = 0.8f, .top_p = 0.95f}};
+    GenerateOptions options{.max_new_tokens = 24, .stop_tokens = real.tokenizer.stop_tokens(), .seed = seed};
+    const auto plain = generate_autoregressive(target, policy, prompt, options);
+    for (std::size_t k : {1, 3, 6, 9}) {
+      options.draft_length = k;
+      CAPTURE(seed, k);
+      CHECK(SpeculativeDecoder(lookup, target, policy).generate(prompt, options).tokens == plain.tokens);
+      CHECK(SpeculativeDecoder(early, target, policy).generate(prompt, options).tokens == plain.tokens);
+    }
+    options.draft_length = 8;
+    SpeculativeDecoder adaptive(early, target, policy, AdaptiveDraftLength{});
+    CHECK(adaptive.generate(prompt, options).tokens == plain.tokens);
+    CHECK(adaptive.generate(prompt, options).tokens == plain.tokens);
+  }
+}
+
+TEST_CASE("a second model with another vocabulary is refused with the first difference named", "[llama][errors]") {
+  llama::Tokenizer::Vocabulary a{.tokens = {"a", "b", "c"}}, b{.tokens = {"a", "x", "c"}}, c{.tokens = {"a", "b"}};
+  CHECK_THROWS_WITH(llama::check_same_vocabulary(llama::Tokenizer(b), llama::Tokenizer(a)),
+                    "draft token 1 is 'x', target token 1 is 'b'");
+  CHECK_THROWS_WITH(llama::check_same_vocabulary(llama::Tokenizer(c), llama::Tokenizer(a)),
+                    "draft vocabulary has 2 tokens, target has 3");
+}
