@@ -1,22 +1,28 @@
-# Installs specdec into a staging prefix, then configures and builds tests/consumer as a separate project
-# with find_package(specdec CONFIG REQUIRED), and runs the result.
+# Builds tests/consumer as a separate project twice and runs it: against specdec installed into a staging
+# prefix (find_package), and with specdec's source tree added by add_subdirectory.
 file(REMOVE_RECURSE ${WORK_DIR})
 execute_process(COMMAND ${CMAKE_COMMAND} --install ${BINARY_DIR} --prefix ${WORK_DIR}/prefix
                 RESULT_VARIABLE rc OUTPUT_QUIET)
 if(rc)
   message(FATAL_ERROR "cmake --install failed: ${rc}")
 endif()
-execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/build
-                -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release RESULT_VARIABLE rc)
-if(rc)
-  message(FATAL_ERROR "configuring the consumer project failed: ${rc}")
-endif()
-execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK_DIR}/build RESULT_VARIABLE rc)
-if(rc)
-  message(FATAL_ERROR "building the consumer project failed: ${rc}")
-endif()
-execute_process(COMMAND ${WORK_DIR}/build/consumer RESULT_VARIABLE rc OUTPUT_VARIABLE out)
-message(STATUS "${out}")
-if(rc OR NOT out MATCHES "identical: yes")
-  message(FATAL_ERROR "the consumer program failed: ${rc}")
-endif()
+
+function(build_and_run name)
+  execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/${name}
+                  -DCMAKE_BUILD_TYPE=Release ${ARGN} RESULT_VARIABLE rc)
+  if(rc)
+    message(FATAL_ERROR "${name}: configuring the consumer project failed: ${rc}")
+  endif()
+  execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK_DIR}/${name} --target consumer RESULT_VARIABLE rc)
+  if(rc)
+    message(FATAL_ERROR "${name}: building the consumer project failed: ${rc}")
+  endif()
+  execute_process(COMMAND ${WORK_DIR}/${name}/consumer RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+  message(STATUS "${name}: ${out}")
+  if(rc OR NOT out MATCHES "identical: yes")
+    message(FATAL_ERROR "${name}: the consumer program failed: ${rc}")
+  endif()
+endfunction()
+
+build_and_run(find_package -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
+build_and_run(add_subdirectory -DSPECDEC_SOURCE_TREE=${SOURCE_DIR})
