@@ -47,16 +47,14 @@ double read_bandwidth() {
     auto& pool = *shared_pool();
     std::vector<float> sums(pool.threads());
     double best = 0.0;
+    constexpr std::size_t chunk = std::size_t{1} << 18;  // floats per task (1 MB)
     for (int rep = 0; rep < 5; ++rep) {
       const auto start = std::chrono::steady_clock::now();
-      pool.run([&](std::size_t index, std::size_t parts) {
-        const auto [first, last] = specdec::llama::split(count, index, parts, 1024);
+      pool.parallel_for(count / chunk, [&](std::size_t task, std::size_t slot) {
         float lanes[32] = {};
-        for (std::size_t i = first; i + 32 <= last; i += 32)
+        for (std::size_t i = task * chunk; i < (task + 1) * chunk; i += 32)
           for (std::size_t l = 0; l < 32; ++l) lanes[l] += buffer[i + l];
-        float sum = 0.0f;
-        for (float v : lanes) sum += v;
-        sums[index] = sum;
+        for (float v : lanes) sums[slot] += v;
       });
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       benchmark::DoNotOptimize(sums.data());

@@ -94,33 +94,22 @@ float effective_input(PanelEncoding encoding, float x) {
 
 }  // namespace
 
-TEST_CASE("the thread pool runs every index once per job, many jobs in a row", "[kernels]") {
-  for (std::size_t threads : {1, 2, 3}) {
+TEST_CASE("the thread pool runs every task exactly once per job, many jobs in a row", "[kernels]") {
+  for (std::size_t threads : {1, 2, 3, 4}) {
     ThreadPool pool(threads);
     REQUIRE(pool.threads() == threads);
-    std::vector<std::atomic<int>> hits(threads);
-    for (int job = 0; job < 2000; ++job)
-      pool.run([&](std::size_t index, std::size_t count) {
-        REQUIRE(count == threads);
-        hits[index].fetch_add(1);
-      });
-    for (auto& h : hits) REQUIRE(h.load() == 2000);
-  }
-}
-
-TEST_CASE("split covers a range exactly once in grain-sized shares", "[kernels]") {
-  for (std::size_t total : {0, 1, 7, 16, 100, 3072})
-    for (std::size_t parts : {1, 2, 3, 5}) {
-      std::size_t expected_begin = 0;
-      for (std::size_t i = 0; i < parts; ++i) {
-        auto [begin, end] = specdec::llama::split(total, i, parts, 4);
-        REQUIRE(begin == expected_begin);
-        REQUIRE(end >= begin);
-        if (end < total) REQUIRE(end % 4 == 0);
-        expected_begin = end;
-      }
-      REQUIRE(expected_begin == total);
+    for (std::size_t tasks : {0, 1, 2, 7, 64}) {
+      std::vector<std::atomic<int>> hits(tasks);
+      std::atomic<bool> bad_slot{false};
+      for (int job = 0; job < 500; ++job)
+        pool.parallel_for(tasks, [&](std::size_t task, std::size_t slot) {
+          if (slot >= threads) bad_slot = true;
+          hits[task].fetch_add(1);
+        });
+      REQUIRE(!bad_slot);
+      for (auto& h : hits) REQUIRE(h.load() == 500);
     }
+  }
 }
 
 TEST_CASE("a packed matrix gives back the dequantised rows it was built from", "[kernels]") {

@@ -176,14 +176,10 @@ class Transformer {
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
     const float* keys = kv_.keys(layer, start + n).data();      // [start + n, kw]
     const float* values = kv_.values(layer, start + n).data();  // [start + n, kw]
-    pool_->run([&](std::size_t index, std::size_t count) {
-      float* scores = &scores_[index * max_context_];  // [max_context]
-      const auto [first, last] = split(n * c.heads, index, count);
-      for (std::size_t task = first; task < last; ++task) {
-        const std::size_t i = task / c.heads, h = task % c.heads, kv_offset = (h / group) * d;
-        attend(&q_[i * qw + h * d], keys + kv_offset, values + kv_offset, kw, start + i + 1, d, scale, scores,
-               &attn_[i * qw + h * d]);
-      }
+    pool_->parallel_for(n * c.heads, [&](std::size_t task, std::size_t slot) {
+      const std::size_t i = task / c.heads, h = task % c.heads, kv_offset = (h / group) * d;
+      attend(&q_[i * qw + h * d], keys + kv_offset, values + kv_offset, kw, start + i + 1, d, scale,
+             &scores_[slot * max_context_], &attn_[i * qw + h * d]);
     });
   }
 

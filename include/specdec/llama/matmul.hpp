@@ -19,25 +19,29 @@
 namespace specdec::llama {
 
 /// Computes every output in `outputs` from the same inputs x: [positions, x_stride] row-major, first cols()
-/// values of each row used. All weights need the same cols. Parallel over output panels only; the result
-/// does not depend on `positions` grouping or on the pool's thread count. `portable` forces the scalar path.
+/// values of each row used. All weights need the same cols. Parallel over blocks of output panels only
+/// (claimed dynamically by the pool's threads); the result does not depend on how positions are grouped or
+/// which thread computes a block. `portable` forces the scalar path.
 /// requires: x and the outputs do not overlap.
 inline void matmul(std::span<const MatmulOutput> outputs, const float* x, std::size_t x_stride,
                    std::size_t positions, ThreadPool& pool, bool portable = false) {
   if (positions == 0 || outputs.empty()) return;
-  std::size_t total = 0;
+  constexpr std::size_t chunk = 4;  // panels per task
+  std::size_t tasks = 0;
   for (const auto& out : outputs) {
     SPECDEC_ASSERT(out.weights->cols() == outputs.front().weights->cols());
-    total += out.weights->panels();
+    tasks += (out.weights->panels() + chunk - 1) / chunk;
   }
-  pool.run([&](std::size_t index, std::size_t count) {
-    auto [begin, end] = split(total, index, count);
-    std::size_t first = 0;  // global index of the current output's first panel
+  const std::uint64_t call = detail::next_call();
+  pool.parallel_for(tasks, [&](std::size_t task, std::size_t) {
     for (const auto& out : outputs) {
-      const std::size_t panels = out.weights->panels();
-      const std::size_t lo = std::max(begin, first), hi = std::min(end, first + panels);
-      if (lo < hi) detail::matmul_panels(out, lo - first, hi - first, x, x_stride, positions, portable);
-      first += panels;
+      const std::size_t panels = out.weights->panels(), chunks = (panels + chunk - 1) / chunk;
+      if (task < chunks) {
+        const std::size_t first = task * chunk;
+        detail::matmul_panels(out, first, std::min(panels, first + chunk), x, x_stride, positions, portable, call);
+        return;
+      }
+      task -= chunks;
     }
   });
 }

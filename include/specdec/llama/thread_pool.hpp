@@ -1,10 +1,11 @@
 // specdec/llama/thread_pool.hpp — a persistent thread pool for the forward pass's many short parallel loops.
-// Entry point: specdec::llama::ThreadPool::run. Read next: matmul.hpp (its main user).
+// Entry point: specdec::llama::ThreadPool::parallel_for. Read next: matmul.hpp (its main user).
 //
 // A forward pass issues a few hundred parallel loops of tens of microseconds each, so waking threads through
 // a condition variable per loop costs more than the extra core gains. Workers instead spin on an atomic
 // generation counter for a short while after each job and only then block (std::atomic::wait, a futex on
 // Linux), so a busy pool reacts in well under a microsecond while an idle pool leaves its cores to others.
+// Tasks are claimed dynamically, so a worker that wakes late (a busy machine) only means fewer helpers.
 #pragma once
 
 #include <algorithm>
@@ -55,19 +56,22 @@ void spin_then_wait(const std::atomic<Word>& word, Pred pred, std::chrono::micro
 
 }  // namespace detail
 
-/// A fixed set of threads that run one job at a time: run(fn) calls fn(index, count) once on each of
-/// `count` threads, the calling thread being index 0, and returns when all calls have returned.
-/// threads = 1 creates no threads and runs fn inline. One pool may serve several models that run
-/// alternately (a target and its draft); run() must not be called concurrently or recursively.
+/// A fixed set of threads that run one job at a time. parallel_for(tasks, fn) calls fn(task, slot) once for
+/// every task; the caller and the workers claim tasks one by one from a shared counter, so a worker that the
+/// OS has descheduled (other processes on the machine) never holds the caller up: a worker joins a job only
+/// while it is open, and the caller closes it as soon as every task is claimed, then waits only for the
+/// workers that joined. threads = 1 creates no threads and runs tasks inline, in order. One pool may serve
+/// several models that run alternately (a target and its draft); calls must not be concurrent or nested.
 ///
 ///   ThreadPool pool(2);
-///   pool.run([&](std::size_t i, std::size_t n) { work(split(rows, i, n)); });
+///   pool.parallel_for(blocks, [&](std::size_t block, std::size_t slot) { work(block, scratch[slot]); });
 class ThreadPool {
  public:
-  /// requires: threads >= 1. `spin` is how long an idle worker polls before it blocks.
+  /// requires: threads >= 1. `spin` is how long an idle thread polls before it blocks.
   explicit ThreadPool(std::size_t threads = 1, std::chrono::microseconds spin = std::chrono::microseconds(300))
       : count_(threads), spin_(spin) {
     if (threads == 0) specdec::detail::fail("thread pool needs at least 1 thread, got 0");
+    if (threads > count_mask) specdec::detail::fail("thread pool supports at most ", count_mask, " threads, got ", threads);
     workers_.reserve(threads - 1);
     for (std::size_t i = 1; i < threads; ++i) workers_.emplace_back([this, i] { work(i); });
   }
@@ -82,57 +86,71 @@ class ThreadPool {
     for (auto& worker : workers_) worker.join();
   }
 
-  /// Threads that run each job, the caller included.
+  /// Threads that may run tasks, the caller included; slots passed to tasks are below this.
   std::size_t threads() const { return count_; }
 
-  /// Calls fn(index, threads()) for every index in [0, threads()) in parallel; fn must not throw.
+  /// Calls fn(task, slot) once for each task in [0, tasks) and returns when all have returned. `slot`
+  /// (0 for the caller) is the running thread's index, for per-thread scratch. fn must not throw.
   template <class Fn>
-  void run(Fn&& fn) {
-    if (count_ == 1) {
-      fn(std::size_t{0}, std::size_t{1});
+  void parallel_for(std::size_t tasks, Fn&& fn) {
+    if (count_ == 1 || tasks <= 1) {
+      for (std::size_t t = 0; t < tasks; ++t) fn(t, std::size_t{0});
       return;
     }
     using F = std::remove_reference_t<Fn>;
-    job_ = [](void* context, std::size_t index, std::size_t count) { (*static_cast<F*>(context))(index, count); };
+    job_ = [](void* context, std::size_t task, std::size_t slot) { (*static_cast<F*>(context))(task, slot); };
     context_ = const_cast<void*>(static_cast<const void*>(std::addressof(fn)));
-    pending_.store(count_ - 1, std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_release);
+    tasks_ = tasks;
+    next_.store(0, std::memory_order_relaxed);
+    const std::uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;
+    ticket_.store(generation << generation_shift, std::memory_order_release);  // open, nobody joined
+    generation_.store(generation, std::memory_order_release);
     generation_.notify_all();
-    fn(std::size_t{0}, count_);
-    detail::spin_then_wait(pending_, [this] { return pending_.load(std::memory_order_acquire) == 0; }, spin_);
+    claim_tasks(0);
+    // Every task is claimed: close the job and wait for the workers that joined it.
+    if (ticket_.fetch_or(closed_bit, std::memory_order_acq_rel) & count_mask)
+      detail::spin_then_wait(ticket_, [this] { return (ticket_.load(std::memory_order_acquire) & count_mask) == 0; },
+                             spin_);
   }
 
  private:
-  void work(std::size_t index) {
+  // ticket_ = generation << generation_shift | closed_bit (no more joins) | number of workers in the job.
+  static constexpr std::uint64_t closed_bit = std::uint64_t{1} << 16;
+  static constexpr std::uint64_t count_mask = closed_bit - 1;
+  static constexpr int generation_shift = 17;
+
+  void claim_tasks(std::size_t slot) {
+    for (std::size_t t; (t = next_.fetch_add(1, std::memory_order_acq_rel)) < tasks_;) job_(context_, t, slot);
+  }
+
+  void work(std::size_t slot) {
     std::uint64_t seen = 0;
     for (;;) {
       detail::spin_then_wait(generation_, [&] { return generation_.load(std::memory_order_acquire) != seen; },
                              spin_);
       seen = generation_.load(std::memory_order_acquire);
       if (stop_.load(std::memory_order_acquire)) return;
-      job_(context_, index, count_);
-      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_all();
+      std::uint64_t ticket = ticket_.load(std::memory_order_acquire);
+      bool joined = false;
+      while (!joined && (ticket >> generation_shift) == seen && !(ticket & closed_bit))
+        joined = ticket_.compare_exchange_weak(ticket, ticket + 1, std::memory_order_acq_rel);
+      if (!joined) continue;  // woke after the caller finished this job alone
+      claim_tasks(slot);
+      const std::uint64_t left = ticket_.fetch_sub(1, std::memory_order_acq_rel) - 1;
+      if ((left & closed_bit) && (left & count_mask) == 0) ticket_.notify_all();
     }
   }
 
   std::size_t count_;
   std::chrono::microseconds spin_;
-  std::vector<std::thread> workers_;             // [count_ - 1]
-  std::atomic<std::uint64_t> generation_{0};     // bumped once per job (and once at shutdown)
-  std::atomic<std::size_t> pending_{0};          // workers still running the current job
+  std::vector<std::thread> workers_;          // [count_ - 1]
+  std::atomic<std::uint64_t> generation_{0};  // bumped once per job (and once at shutdown)
+  std::atomic<std::uint64_t> ticket_{0};      // see closed_bit
+  std::atomic<std::size_t> next_{0};          // next unclaimed task of the current job
   std::atomic<bool> stop_{false};
+  std::size_t tasks_ = 0;                     // tasks of the current job
   void (*job_)(void*, std::size_t, std::size_t) = nullptr;
   void* context_ = nullptr;
 };
-
-/// The half-open share [begin, end) of `total` items that part `index` of `parts` takes, in whole units of
-/// `grain` items (the last share takes the remainder).
-inline std::pair<std::size_t, std::size_t> split(std::size_t total, std::size_t index, std::size_t parts,
-                                                 std::size_t grain = 1) {
-  const std::size_t units = (total + grain - 1) / grain;
-  const std::size_t begin = units * index / parts * grain;
-  const std::size_t end = units * (index + 1) / parts * grain;
-  return {std::min(begin, total), std::min(end, total)};
-}
 
 }  // namespace specdec::llama

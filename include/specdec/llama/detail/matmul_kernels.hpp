@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -31,6 +32,13 @@
 #endif
 
 namespace specdec::llama::detail {
+
+/// A number unique to each matmul call, so that a thread interleaves the call's inputs only once however
+/// many blocks of it the thread computes.
+inline std::uint64_t next_call() {
+  static std::atomic<std::uint64_t> calls{0};
+  return calls.fetch_add(1, std::memory_order_relaxed) + 1;
+}
 
 /// Positions that share one pass over a panel's weights. One pass streams the weights from memory while
 /// computing, so up to 16 positions cost about one weight read.
@@ -272,23 +280,36 @@ void interleave(const float* x, std::size_t x_stride, std::size_t positions, std
   }
 }
 
+/// This thread's interleaved copy of call `call`'s inputs (made on the thread's first block of the call).
+template <class Visitor>
+const float* prepared_inputs(const float* x, std::size_t x_stride, std::size_t positions, std::size_t cols,
+                             std::uint64_t call) {
+  constexpr bool dot = std::is_same_v<Visitor, DotBf16>;
+  static thread_local std::vector<float> buffer[2];  // float and bf16-pair layouts; grow, never shrink
+  static thread_local std::uint64_t prepared[2] = {0, 0};
+  if (prepared[dot] != call) {
+    if (buffer[dot].size() < positions * (cols + 1)) buffer[dot].resize(positions * (cols + 1));
+    interleave<Visitor>(x, x_stride, positions, cols, buffer[dot].data());
+    prepared[dot] = call;
+  }
+  return buffer[dot].data();
+}
+
 template <class Visitor>
 void matmul_panels_avx512(const MatmulOutput& out, std::size_t first, std::size_t last, const float* x,
-                          std::size_t x_stride, std::size_t positions) {
+                          std::size_t x_stride, std::size_t positions, std::uint64_t call) {
   static constexpr auto wide = kernel_table<Visitor, 4>(std::make_integer_sequence<int, 2>{});
   static constexpr auto pair = kernel_table<Visitor, 2>(std::make_integer_sequence<int, 12>{});
   static constexpr auto single = kernel_table<Visitor, 1>(std::make_integer_sequence<int, max_position_group>{});
   const std::size_t cols = out.weights->cols();
-  static thread_local std::vector<float> interleaved;  // grows to the largest call, then no allocation
-  if (interleaved.size() < positions * (cols + 1)) interleaved.resize(positions * (cols + 1));
-  interleave<Visitor>(x, x_stride, positions, cols, interleaved.data());
+  const float* interleaved = prepared_inputs<Visitor>(x, x_stride, positions, cols, call);
   constexpr std::size_t block = 4;  // panels whose weights stay in cache while every position group passes
   for (std::size_t b = first; b < last; b += block) {
     const std::size_t block_end = std::min(last, b + block);
     for (std::size_t g = 0; g < group_count(positions); ++g) {
       const std::size_t begin = group_begin(positions, g), count = group_begin(positions, g + 1) - begin;
       const std::size_t step = panels_per_step(out.weights->encoding(), count);
-      const float* xt = interleaved.data() + begin * cols;
+      const float* xt = interleaved + begin * cols;
       MatmulOutput og = out;
       og.y = out.y + begin * out.y_stride;
       std::size_t p = b;
@@ -307,24 +328,24 @@ void matmul_panels_avx512(const MatmulOutput& out, std::size_t first, std::size_
 
 /// Output panels [first, last) of `out` for all positions.
 inline void matmul_panels(const MatmulOutput& out, std::size_t first, std::size_t last, const float* x,
-                          std::size_t x_stride, std::size_t positions, bool portable) {
+                          std::size_t x_stride, std::size_t positions, bool portable, std::uint64_t call) {
 #if defined(__AVX512F__)
   if (!portable) {
     switch (out.weights->encoding()) {
-      case PanelEncoding::f32: return matmul_panels_avx512<VisitF32>(out, first, last, x, x_stride, positions);
-      case PanelEncoding::bf16: return matmul_panels_avx512<VisitBf16>(out, first, last, x, x_stride, positions);
+      case PanelEncoding::f32: return matmul_panels_avx512<VisitF32>(out, first, last, x, x_stride, positions, call);
+      case PanelEncoding::bf16: return matmul_panels_avx512<VisitBf16>(out, first, last, x, x_stride, positions, call);
 #if defined(__AVX512BF16__)
-      case PanelEncoding::bf16_dot: return matmul_panels_avx512<DotBf16>(out, first, last, x, x_stride, positions);
+      case PanelEncoding::bf16_dot: return matmul_panels_avx512<DotBf16>(out, first, last, x, x_stride, positions, call);
 #else
       case PanelEncoding::bf16_dot: break;  // no BF16 dot instruction: the portable path emulates it
 #endif
-      case PanelEncoding::q8_0: return matmul_panels_avx512<VisitQ8_0>(out, first, last, x, x_stride, positions);
-      case PanelEncoding::q4_0: return matmul_panels_avx512<VisitQ4<false>>(out, first, last, x, x_stride, positions);
-      case PanelEncoding::q4_1: return matmul_panels_avx512<VisitQ4<true>>(out, first, last, x, x_stride, positions);
+      case PanelEncoding::q8_0: return matmul_panels_avx512<VisitQ8_0>(out, first, last, x, x_stride, positions, call);
+      case PanelEncoding::q4_0: return matmul_panels_avx512<VisitQ4<false>>(out, first, last, x, x_stride, positions, call);
+      case PanelEncoding::q4_1: return matmul_panels_avx512<VisitQ4<true>>(out, first, last, x, x_stride, positions, call);
     }
   }
 #endif
-  (void)portable;
+  (void)portable, (void)call;
   matmul_panels_portable(out, first, last, x, x_stride, positions);
 }
 
