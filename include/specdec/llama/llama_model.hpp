@@ -78,7 +78,8 @@ class Transformer {
   const std::shared_ptr<const LlamaWeights>& weights() const { return weights_; }
   const std::shared_ptr<ThreadPool>& pool() const { return pool_; }
 
-  const Logits& forward(std::span<const Token> tokens) {
+  /// Appends tokens; with `with_logits` false the final norm and output head are skipped (prompt processing).
+  const Logits& forward(std::span<const Token> tokens, bool with_logits = true) {
     const LlamaConfig& c = config();
     const std::size_t n = tokens.size(), start = kv_.size();
     if (n > max_context_ - start)
@@ -88,7 +89,7 @@ class Transformer {
       if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= c.vocab)
         specdec::detail::fail("token id ", tokens[i], " at index ", i, " is outside the vocabulary of ", c.vocab,
                               " tokens");
-    logits_.resize(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(c.vocab));
+    logits_.resize(static_cast<Eigen::Index>(with_logits ? n : 0), static_cast<Eigen::Index>(c.vocab));
     if (n == 0) return logits_;
     reserve(n);
     const std::size_t e = c.embedding, qw = c.heads * c.head_dim, kw = c.kv_heads * c.head_dim;
@@ -120,6 +121,7 @@ class Transformer {
     }
 
     // 4. Final norm and output head.                                               logits: [n, vocab]
+    if (!with_logits) return logits_;
     rms_norm(x_.data(), weights_->output_norm().data(), h_.data(), n);
     matmul(MatmulOutput{&weights_->output(), logits_.data(), c.vocab, false}, h_.data(), e, n, pool);
     return logits_;
@@ -228,6 +230,8 @@ class LlamaModel {
   /// the next call. Throws specdec::Error for ids outside the vocabulary or when the context would exceed
   /// max_context(); the model is unchanged then.
   const Logits& forward(std::span<const Token> tokens) { return state_.forward(tokens); }
+  /// Appends tokens without computing logits: the decoder's prompt processing skips the output head this way.
+  void append(std::span<const Token> tokens) { state_.forward(tokens, false); }
   /// Keeps the first n tokens of the context, in O(layers).
   void truncate(std::size_t n) { state_.truncate(n); }
 
@@ -254,6 +258,7 @@ class EarlyExitDraft {
   std::size_t vocab_size() const { return state_.config().vocab; }
   std::size_t context_size() const { return state_.context_size(); }
   const Logits& forward(std::span<const Token> tokens) { return state_.forward(tokens); }
+  void append(std::span<const Token> tokens) { state_.forward(tokens, false); }
   void truncate(std::size_t n) { state_.truncate(n); }
 
   std::size_t layers() const { return state_.layers(); }
