@@ -2,6 +2,7 @@
 // with every shipped draft, draft_length 1..12, threads 1 and 2; coupled sampling equals plain coupled sampling.
 #include <catch2/catch.hpp>
 
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -119,4 +120,21 @@ TEST_CASE("a second model with another vocabulary is refused with the first diff
                     "draft token 1 is 'x', target token 1 is 'b'");
   CHECK_THROWS_WITH(llama::check_same_vocabulary(llama::Tokenizer(c), llama::Tokenizer(a)),
                     "draft vocabulary has 2 tokens, target has 3");
+}
+
+TEST_CASE("append (no logits) leaves the same cache as forward: the next logits are bit-identical", "[llama][smollm2]") {
+  Real& real = Real::get();
+  LlamaModel a = real.model(1), b = real.model(2);
+  llama::EarlyExitDraft draft_a(a, 7), draft_b(b, 7);
+  const auto prompt = real.prompt("The quick brown fox jumps over the lazy dog.", false);
+  const std::span<const Token> head(prompt.data(), prompt.size() - 1), last(&prompt.back(), 1);
+  const Logits full = a.forward(prompt).bottomRows(1);
+  b.append(head);
+  CHECK(b.context_size() == prompt.size() - 1);
+  const Logits& next = b.forward(last);
+  REQUIRE(next.rows() == 1);
+  CHECK(std::memcmp(full.data(), next.data(), sizeof(float) * full.size()) == 0);
+  const Logits draft_full = draft_a.forward(prompt).bottomRows(1);
+  draft_b.append(head);
+  CHECK(std::memcmp(draft_full.data(), draft_b.forward(last).data(), sizeof(float) * draft_full.size()) == 0);
 }
