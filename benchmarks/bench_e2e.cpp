@@ -76,13 +76,13 @@ struct Bench {
   Bench()
       : file(gguf::File::open(env("SPECDEC_MODEL", SPECDEC_SOURCE_DIR "/models/SmolLM2-135M-Instruct.Q4_1.gguf"))),
         tokenizer(llama::Tokenizer::from_gguf(file)),
-        target(llama::LlamaWeights::load(file, llama::WeightFormat::quantized), 4096,
+        target(llama::LlamaWeights::load(file, llama::WeightFormat::quantized_dot), 4096,
                std::make_shared<llama::ThreadPool>(std::stoul(env("SPECDEC_THREADS", "1")))),
         max_new_tokens(std::stoul(env("SPECDEC_BENCH_TOKENS", "128"))) {
     if (const std::string path = env("SPECDEC_BENCH_DRAFT_MODEL", ""); !path.empty()) {
       const gguf::File draft_file = gguf::File::open(path);
       llama::check_same_vocabulary(llama::Tokenizer::from_gguf(draft_file), tokenizer);
-      second_draft = std::make_unique<llama::LlamaModel>(llama::LlamaWeights::load(draft_file, llama::WeightFormat::quantized),
+      second_draft = std::make_unique<llama::LlamaModel>(llama::LlamaWeights::load(draft_file, llama::WeightFormat::quantized_dot),
                                                          4096, target.pool());
     }
     const fs::path root = SPECDEC_SOURCE_DIR "/benchmarks/tasks";

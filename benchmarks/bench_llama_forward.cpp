@@ -106,6 +106,7 @@ void BM_LlamaForward_f32(benchmark::State& state) { forward(state, WeightFormat:
 void BM_LlamaForward_bf16(benchmark::State& state) { forward(state, WeightFormat::bf16); }
 void BM_LlamaForward_bf16_dot(benchmark::State& state) { forward(state, WeightFormat::bf16_dot); }
 void BM_LlamaForward_quantized(benchmark::State& state) { forward(state, WeightFormat::quantized); }
+void BM_LlamaForward_quantized_dot(benchmark::State& state) { forward(state, WeightFormat::quantized_dot); }
 
 void BM_MemoryBandwidth(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(read_bandwidth());
@@ -127,5 +128,6 @@ BENCHMARK(BM_LlamaForward_f32)->Apply(positions);
 BENCHMARK(BM_LlamaForward_bf16)->Apply(positions);
 BENCHMARK(BM_LlamaForward_bf16_dot)->Apply(positions);
 BENCHMARK(BM_LlamaForward_quantized)->Apply(positions);
+BENCHMARK(BM_LlamaForward_quantized_dot)->Apply(positions);
 
 }  // namespace

@@ -37,7 +37,9 @@ constexpr const char* kUsage = R"(usage: specdec-generate [options]
   --sampling rejection|coupled   acceptance policy when --temp > 0 (default rejection)
   --seed S                  random seed (default 0)
   --threads N               threads (default 1)
-  --format f32|bf16|quantized    in-memory weight format (default quantized)
+  --format F                in-memory weights: f32 | bf16 | quantized | quantized_dot (default
+                            quantized_dot: integer dot products with inputs rounded to int8 per 32
+                            columns; quantized multiplies the exact floats, about half as fast)
   --max-context N           KV cache positions (default 4096)
   --compare                 also run plain decoding with the same settings
   --json                    print one JSON object instead of text and a summary
@@ -60,7 +62,7 @@ struct Args {
   std::string policy = "rejection";
   std::uint64_t seed = 0;
   std::size_t threads = 1;
-  llama::WeightFormat format = llama::WeightFormat::quantized;
+  llama::WeightFormat format = llama::WeightFormat::quantized_dot;
   std::size_t max_context = 4096;
   bool compare = false;
   bool json = false;
@@ -110,7 +112,8 @@ Args parse_args(int argc, char** argv) {
       if (f == "f32") a.format = llama::WeightFormat::f32;
       else if (f == "bf16") a.format = llama::WeightFormat::bf16;
       else if (f == "quantized") a.format = llama::WeightFormat::quantized;
-      else throw UsageError("--format expects f32, bf16 or quantized, got '" + std::string(f) + "'");
+      else if (f == "quantized_dot") a.format = llama::WeightFormat::quantized_dot;
+      else throw UsageError("--format expects f32, bf16, quantized or quantized_dot, got '" + std::string(f) + "'");
     } else {
       throw UsageError("unknown argument '" + std::string(flag) + "' (see --help)");
     }

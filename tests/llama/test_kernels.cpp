@@ -33,15 +33,16 @@ std::vector<std::byte> random_blocks(PanelEncoding encoding, std::size_t rows, s
       data.push_back(std::byte(v >> 8));
     };
     put16(fp16_bits(rng, false));
-    if (encoding == PanelEncoding::q4_1) put16(fp16_bits(rng, true));
-    const std::size_t quant_bytes = encoding == PanelEncoding::q8_0 ? 32 : 16;
+    const PanelEncoding type = specdec::llama::block_type(encoding);
+    if (type == PanelEncoding::q4_1) put16(fp16_bits(rng, true));
+    const std::size_t quant_bytes = type == PanelEncoding::q8_0 ? 32 : 16;
     for (std::size_t j = 0; j < quant_bytes; ++j) data.push_back(std::byte(rng() & 0xFF));
   }
   return data;
 }
 
 specdec::gguf::TensorType gguf_type(PanelEncoding e) {
-  switch (e) {
+  switch (specdec::llama::block_type(e)) {
     case PanelEncoding::q8_0: return specdec::gguf::TensorType::Q8_0;
     case PanelEncoding::q4_0: return specdec::gguf::TensorType::Q4_0;
     default: return specdec::gguf::TensorType::Q4_1;
@@ -83,13 +84,29 @@ std::vector<float> random_inputs(std::size_t positions, std::size_t cols, unsign
   return x;
 }
 
-const PanelEncoding all_encodings[] = {PanelEncoding::f32,  PanelEncoding::bf16, PanelEncoding::bf16_dot,
-                                       PanelEncoding::q8_0, PanelEncoding::q4_0, PanelEncoding::q4_1};
+const PanelEncoding all_encodings[] = {PanelEncoding::f32,      PanelEncoding::bf16,     PanelEncoding::bf16_dot,
+                                       PanelEncoding::q8_0,     PanelEncoding::q4_0,     PanelEncoding::q4_1,
+                                       PanelEncoding::q8_0_dot, PanelEncoding::q4_0_dot, PanelEncoding::q4_1_dot};
+const PanelEncoding dot_encodings[] = {PanelEncoding::q8_0_dot, PanelEncoding::q4_0_dot, PanelEncoding::q4_1_dot};
 
-/// The inputs a kernel multiplies: bf16_dot rounds them to bf16 first.
-float effective_input(PanelEncoding encoding, float x) {
-  if (encoding != PanelEncoding::bf16_dot) return x;
-  return specdec::gguf::bf16_to_float(specdec::gguf::float_to_bf16(x));
+/// The inputs a kernel multiplies, one position's row of cols values: bf16_dot rounds them to bf16; the
+/// integer dot encodings quantise them to int8 per 32 columns (scale max|x| / 127, round to nearest even).
+std::vector<double> effective_inputs(PanelEncoding encoding, const float* x, std::size_t cols) {
+  std::vector<double> out(x, x + cols);
+  if (encoding == PanelEncoding::bf16_dot)
+    for (std::size_t k = 0; k < cols; ++k) out[k] = specdec::gguf::bf16_to_float(specdec::gguf::float_to_bf16(x[k]));
+  if (specdec::llama::is_dot_encoding(encoding))
+    for (std::size_t b = 0; b < cols; b += 32) {
+      float amax = 0.0f;
+      for (std::size_t k = b; k < b + 32; ++k) amax = std::max(amax, std::abs(x[k]));
+      const float scale = amax / 127.0f;
+      for (std::size_t k = b; k < b + 32; ++k) {
+        const float q = scale == 0.0f ? 0.0f : std::nearbyint(x[k] * (1.0f / scale));
+        REQUIRE(std::abs(q) <= 127.0f);
+        out[k] = double(q) * double(scale);
+      }
+    }
+  return out;
 }
 
 }  // namespace
@@ -137,17 +154,56 @@ TEST_CASE("matmul matches a double-precision reference for every encoding and ke
           const auto x = random_inputs(n, cols, 7);
           std::vector<float> y(n * rows, 0.0f);
           specdec::llama::matmul(MatmulOutput{&m.packed, y.data(), rows, false}, x.data(), cols, n, pool, portable);
-          for (std::size_t p = 0; p < n; ++p)
+          for (std::size_t p = 0; p < n; ++p) {
+            const auto xe = effective_inputs(encoding, x.data() + p * cols, cols);
             for (std::size_t r = 0; r < rows; ++r) {
               double expected = 0.0, magnitude = 0.0;
               for (std::size_t k = 0; k < cols; ++k) {
-                const double xk = effective_input(encoding, x[p * cols + k]);
+                const double xk = xe[k];
                 expected += double(m.dense[r * cols + k]) * xk;
                 magnitude += std::abs(double(m.dense[r * cols + k]) * xk);
               }
               REQUIRE(std::abs(y[p * rows + r] - expected) <= 1e-5 * magnitude + 1e-6);
             }
+          }
         }
+}
+
+TEST_CASE("the integer dot encodings give the same bits on the vector and portable paths", "[kernels]") {
+  ThreadPool pool(2);
+  const std::size_t rows = 83, cols = 256;
+  for (auto encoding : dot_encodings) {
+    CAPTURE(static_cast<int>(encoding));
+    const auto m = random_matrix(encoding, rows, cols, 23);
+    auto x = random_inputs(9, cols, 29);
+    std::fill(x.begin() + 32, x.begin() + 64, 0.0f);  // an all-zero block: scale 0
+    std::vector<float> fast(9 * rows), portable(9 * rows);
+    specdec::llama::matmul(MatmulOutput{&m.packed, fast.data(), rows, false}, x.data(), cols, 9, pool, false);
+    specdec::llama::matmul(MatmulOutput{&m.packed, portable.data(), rows, false}, x.data(), cols, 9, pool, true);
+    REQUIRE(std::memcmp(fast.data(), portable.data(), fast.size() * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("the integer dot encodings stay within int8 input rounding of the exact float product", "[kernels]") {
+  ThreadPool pool(1);
+  const std::size_t rows = 64, cols = 576;
+  for (auto encoding : dot_encodings) {
+    CAPTURE(static_cast<int>(encoding));
+    const auto m = random_matrix(encoding, rows, cols, 31);
+    const auto x = random_inputs(4, cols, 37);
+    std::vector<float> y(4 * rows);
+    specdec::llama::matmul(MatmulOutput{&m.packed, y.data(), rows, false}, x.data(), cols, 4, pool);
+    for (std::size_t p = 0; p < 4; ++p)
+      for (std::size_t r = 0; r < rows; ++r) {
+        double exact = 0.0, bound = 0.0;
+        for (std::size_t k = 0; k < cols; ++k) {
+          exact += double(m.dense[r * cols + k]) * x[p * cols + k];
+          bound += std::abs(double(m.dense[r * cols + k]));
+        }
+        // each input moves by at most half a step, max|x| / 254, and max|x| < 6 for these inputs
+        REQUIRE(std::abs(y[p * rows + r] - exact) <= bound * 6.0 / 254.0);
+      }
+  }
 }
 
 TEST_CASE("matmul of n positions is bit-identical to n single-position products, any thread count", "[kernels]") {

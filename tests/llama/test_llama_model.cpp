@@ -24,7 +24,7 @@ using specdec::testing::GgufWriter;
 using TT = specdec::gguf::TensorType;
 
 const WeightFormat all_formats[] = {WeightFormat::f32, WeightFormat::bf16, WeightFormat::bf16_dot,
-                                    WeightFormat::quantized};
+                                    WeightFormat::quantized, WeightFormat::quantized_dot};
 
 struct TinyOptions {
   bool separate_output = false;  // write output.weight instead of tying the head to token_embd
@@ -236,10 +236,14 @@ TEST_CASE("the forward pass matches a naive double-precision llama on a tiny ran
       REQUIRE(logits.cols() == 96);
       for (std::size_t i = 0; i < tokens.size(); ++i) {
         // f32 and quantized hold the file's values exactly; bf16 rounds them (and bf16_dot also the
-        // activations inside each product) to 8 significant bits.
+        // activations inside each product) to 8 significant bits; quantized_dot rounds the inputs of its
+        // quantised matrices to int8 per 32-column block (steps of max|x| / 127), which the random
+        // weights of this toy model amplify more than bf16 rounding.
         double scale = 1.0;
         for (double v : expected[i]) scale = std::max(scale, std::abs(v));
-        const double tolerance = (format == WeightFormat::bf16 || format == WeightFormat::bf16_dot ? 5e-2 : 2e-5) * scale;
+        double tolerance = 2e-5 * scale;
+        if (format == WeightFormat::bf16 || format == WeightFormat::bf16_dot) tolerance = 5e-2 * scale;
+        if (format == WeightFormat::quantized_dot) tolerance = 1e-1 * scale;
         for (std::size_t v = 0; v < 96; ++v) REQUIRE(std::abs(logits(i, v) - expected[i][v]) <= tolerance);
       }
     }

@@ -38,7 +38,7 @@ namespace specdec::llama {
 
 /// How LlamaModel::load prepares a model.
 struct LoadOptions {
-  WeightFormat format = WeightFormat::quantized;  // the fastest on the reference machine (see the benchmark)
+  WeightFormat format = WeightFormat::quantized_dot;  // the fastest on the reference machine (see the benchmark)
   std::size_t max_context = 2048;                 // positions the KV cache holds
   std::size_t threads = 1;                        // threads of the model's pool; 1 runs inline
 };

@@ -167,9 +167,18 @@ class LlamaWeights {
   static std::vector<float> vector(const gguf::TensorInfo& t) { return gguf::dequantize(t); }
 
   /// Repacks a GGUF [cols, rows] tensor. `quantized` keeps Q8_0/Q4_0/Q4_1 blocks and BF16 values as they are
-  /// and stores anything else as exact f32.
+  /// and stores anything else as exact f32. `quantized_dot` stores the same, with the quant blocks in the
+  /// integer dot product layout.
   static PackedMatrix matrix(const gguf::TensorInfo& t, WeightFormat format) {
     const std::size_t rows = t.rows(), cols = t.row_length();
+    if (format == WeightFormat::quantized_dot) {
+      switch (t.type) {
+        case gguf::TensorType::Q8_0: return PackedMatrix::from_blocks(rows, cols, PanelEncoding::q8_0_dot, t.data.data());
+        case gguf::TensorType::Q4_0: return PackedMatrix::from_blocks(rows, cols, PanelEncoding::q4_0_dot, t.data.data());
+        case gguf::TensorType::Q4_1: return PackedMatrix::from_blocks(rows, cols, PanelEncoding::q4_1_dot, t.data.data());
+        default: format = WeightFormat::quantized; break;  // other tensor types: as `quantized` stores them
+      }
+    }
     if (format == WeightFormat::quantized) {
       switch (t.type) {
         case gguf::TensorType::Q8_0: return PackedMatrix::from_blocks(rows, cols, PanelEncoding::q8_0, t.data.data());

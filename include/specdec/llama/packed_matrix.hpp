@@ -11,6 +11,11 @@
 //   q4_0  per 32-column block: d[16] f16, q[16][16] nibble pairs             (w = (q − 8)·d)
 //   q4_1  per 32-column block: d[16] f16, m[16] f16, q[16][16] nibble pairs  (w = q·d + m)
 // where a nibble-pair byte j holds column j (low nibble) and column j + 16 (high nibble), as in GGUF.
+// The *_dot encodings (integer dot products with int8-quantised inputs) keep the same scales but store the
+// quants as 64-byte vectors [16 rows][4 bytes], the operand layout of AVX-512 VNNI dpbusd:
+//   q4_0_dot  per block: d[16] f16, then 4 vectors; vector g, row l = GGUF quant bytes 4g .. 4g+3 of row l
+//   q4_1_dot  per block: d[16] f16, m[16] f16, then the same 4 vectors
+//   q8_0_dot  per block: d[16] f16, then 8 vectors; vector g, row l = quants 4g .. 4g+3 of row l plus 128 (u8)
 #pragma once
 
 #include <algorithm>
@@ -34,6 +39,8 @@ enum class WeightFormat {
   bf16_dot,   ///< bf16 weights, and activations rounded to bf16 inside each product (AVX-512 BF16 dot products:
               ///< twice the multiply rate of f32; the one format whose arithmetic differs from float math)
   quantized,  ///< Q4_0 / Q4_1 / Q8_0 blocks kept as they are and dequantised inside the kernel; other tensor types as f32
+  quantized_dot,  ///< Q4_0 / Q4_1 / Q8_0 blocks multiplied as integers with inputs quantised to int8 per 32-column
+                  ///< block (VNNI dot products, as llama.cpp does); other tensor types as `quantized` stores them
 };
 
 inline std::string_view to_string(WeightFormat format) {
@@ -42,17 +49,33 @@ inline std::string_view to_string(WeightFormat format) {
     case WeightFormat::bf16: return "bf16";
     case WeightFormat::bf16_dot: return "bf16_dot";
     case WeightFormat::quantized: return "quantized";
+    case WeightFormat::quantized_dot: return "quantized_dot";
   }
   return "unknown";
 }
 
 /// How one packed matrix stores its weights (see the layout table at the top of this file).
 /// bf16_dot stores weights as bf16 does but multiplies them with bf16-rounded inputs.
-enum class PanelEncoding { f32, bf16, bf16_dot, q8_0, q4_0, q4_1 };
+enum class PanelEncoding { f32, bf16, bf16_dot, q8_0, q4_0, q4_1, q8_0_dot, q4_0_dot, q4_1_dot };
 
 /// Whether an encoding is built from float rows (rather than from GGUF quant blocks).
 constexpr bool is_float_encoding(PanelEncoding e) {
   return e == PanelEncoding::f32 || e == PanelEncoding::bf16 || e == PanelEncoding::bf16_dot;
+}
+
+/// Whether an encoding multiplies integer quants with int8-quantised inputs (see detail/matmul_dot_kernels.hpp).
+constexpr bool is_dot_encoding(PanelEncoding e) {
+  return e == PanelEncoding::q8_0_dot || e == PanelEncoding::q4_0_dot || e == PanelEncoding::q4_1_dot;
+}
+
+/// The encoding with the same GGUF block type: q8_0_dot -> q8_0 and so on; others unchanged.
+constexpr PanelEncoding block_type(PanelEncoding e) {
+  switch (e) {
+    case PanelEncoding::q8_0_dot: return PanelEncoding::q8_0;
+    case PanelEncoding::q4_0_dot: return PanelEncoding::q4_0;
+    case PanelEncoding::q4_1_dot: return PanelEncoding::q4_1;
+    default: return e;
+  }
 }
 
 inline constexpr std::size_t panel_rows = 16;   // output rows per panel: one AVX-512 register of floats
@@ -68,12 +91,18 @@ inline std::uint16_t load_u16(const std::byte* p) {
 
 /// Bytes of one 32-column block of one panel, for the block encodings.
 constexpr std::size_t panel_block_bytes(PanelEncoding e) {
-  switch (e) {
+  switch (block_type(e)) {
     case PanelEncoding::q8_0: return 2 * panel_rows + quant_block * panel_rows;
     case PanelEncoding::q4_0: return 2 * panel_rows + quant_block / 2 * panel_rows;
     case PanelEncoding::q4_1: return 4 * panel_rows + quant_block / 2 * panel_rows;
     default: return 0;
   }
+}
+
+/// Byte offset of quant byte j of row lane l inside a block's quants: [j][16] bytes, or for the dot encodings
+/// [j / 4][16][4] bytes.
+constexpr std::size_t quant_offset(bool dot, std::size_t j, std::size_t lane) {
+  return dot ? (j / 4 * panel_rows + lane) * 4 + j % 4 : j * panel_rows + lane;
 }
 
 /// Byte offset of column k, row lane l in a bf16 panel ([cols/2][16][2]).
@@ -86,7 +115,8 @@ void visit_panel(const std::byte* panel, PanelEncoding encoding, std::size_t col
   float w[panel_rows], hi[panel_rows], d[panel_rows], m[panel_rows];
   const std::size_t blocks = cols / quant_block;
   const std::size_t block_bytes = panel_block_bytes(encoding);
-  switch (encoding) {
+  const bool dot = is_dot_encoding(encoding);
+  switch (block_type(encoding)) {
     case PanelEncoding::f32:
       for (std::size_t k = 0; k < cols; ++k) {
         std::memcpy(w, panel + k * panel_rows * 4, sizeof w);
@@ -106,14 +136,16 @@ void visit_panel(const std::byte* panel, PanelEncoding encoding, std::size_t col
         for (std::size_t l = 0; l < panel_rows; ++l) d[l] = gguf::fp16_to_float(load_u16(block + 2 * l));
         for (std::size_t j = 0; j < quant_block; ++j) {
           for (std::size_t l = 0; l < panel_rows; ++l)
-            w[l] = static_cast<float>(static_cast<std::int8_t>(block[2 * panel_rows + j * panel_rows + l])) * d[l];
+            w[l] = static_cast<float>(static_cast<std::int8_t>(
+                       static_cast<unsigned>(block[2 * panel_rows + quant_offset(dot, j, l)]) ^ (dot ? 0x80u : 0u))) *
+                   d[l];
           visit(w, b * quant_block + j);
         }
       }
       return;
     case PanelEncoding::q4_0:
     case PanelEncoding::q4_1: {
-      const bool has_min = encoding == PanelEncoding::q4_1;
+      const bool has_min = block_type(encoding) == PanelEncoding::q4_1;
       const std::size_t q_offset = (has_min ? 4 : 2) * panel_rows;
       for (std::size_t b = 0; b < blocks; ++b) {
         const std::byte* block = panel + b * block_bytes;
@@ -123,7 +155,7 @@ void visit_panel(const std::byte* panel, PanelEncoding encoding, std::size_t col
         }
         for (std::size_t j = 0; j < quant_block / 2; ++j) {
           for (std::size_t l = 0; l < panel_rows; ++l) {
-            const auto q = static_cast<unsigned>(block[q_offset + j * panel_rows + l]);
+            const auto q = static_cast<unsigned>(block[q_offset + quant_offset(dot, j, l)]);
             w[l] = static_cast<float>(q & 15u) * d[l] + m[l];
             hi[l] = static_cast<float>(q >> 4) * d[l] + m[l];
           }
@@ -133,6 +165,7 @@ void visit_panel(const std::byte* panel, PanelEncoding encoding, std::size_t col
       }
       return;
     }
+    default: return;  // block_type never returns a dot encoding
   }
 }
 
@@ -177,9 +210,11 @@ class PackedMatrix {
       specdec::detail::fail("packed matrix from quant blocks needs a block encoding");
     if (cols % quant_block != 0) specdec::detail::fail("quantized matrix needs cols divisible by 32, got ", cols);
     PackedMatrix m(rows, cols, encoding);
-    const bool has_min = encoding == PanelEncoding::q4_1;
+    const bool has_min = block_type(encoding) == PanelEncoding::q4_1;
+    const bool dot = is_dot_encoding(encoding);
+    const auto flip = std::byte(encoding == PanelEncoding::q8_0_dot ? 0x80 : 0);  // int8 -> uint8 + 128
     const std::size_t scales = has_min ? 2 : 1;  // f16 values before the quants in a GGUF block
-    const std::size_t quant_bytes = encoding == PanelEncoding::q8_0 ? quant_block : quant_block / 2;
+    const std::size_t quant_bytes = block_type(encoding) == PanelEncoding::q8_0 ? quant_block : quant_block / 2;
     const std::size_t gguf_block = 2 * scales + quant_bytes;
     const std::size_t block_bytes = detail::panel_block_bytes(encoding);
     const std::size_t blocks = cols / quant_block;
@@ -191,7 +226,7 @@ class PackedMatrix {
         std::byte* dst = panel + b * block_bytes;
         for (std::size_t s = 0; s < scales; ++s) std::memcpy(dst + (s * panel_rows + lane) * 2, src + 2 * s, 2);
         for (std::size_t j = 0; j < quant_bytes; ++j)
-          dst[2 * scales * panel_rows + j * panel_rows + lane] = src[2 * scales + j];
+          dst[2 * scales * panel_rows + detail::quant_offset(dot, j, lane)] = src[2 * scales + j] ^ flip;
       }
     }
     return m;

@@ -1,5 +1,6 @@
-// specdec/llama/detail/matmul_kernels.hpp — the inner loops behind specdec::llama::matmul.
-// Entry point: detail::matmul_panels. Read first: ../matmul.hpp (layouts and the batch-invariance argument).
+// specdec/llama/detail/matmul_kernels.hpp — the float inner loops behind specdec::llama::matmul.
+// Entry point: detail::matmul_panels_avx512. Read first: ../matmul.hpp (layouts and the batch-invariance
+// argument). Read next: matmul_dot_kernels.hpp (the integer dot encodings and the dispatcher matmul_panels).
 //
 // Both paths walk a panel's columns in the order visit_panel defines and keep one accumulator per
 // (row, position) that starts at zero and sees one multiply-add per column. The AVX-512 path holds R panels ×
@@ -321,32 +322,10 @@ void matmul_panels_avx512(const MatmulOutput& out, std::size_t first, std::size_
     }
   }
 }
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
 #endif  // __AVX512F__
-
-/// Output panels [first, last) of `out` for all positions.
-inline void matmul_panels(const MatmulOutput& out, std::size_t first, std::size_t last, const float* x,
-                          std::size_t x_stride, std::size_t positions, bool portable, std::uint64_t call) {
-#if defined(__AVX512F__)
-  if (!portable) {
-    switch (out.weights->encoding()) {
-      case PanelEncoding::f32: return matmul_panels_avx512<VisitF32>(out, first, last, x, x_stride, positions, call);
-      case PanelEncoding::bf16: return matmul_panels_avx512<VisitBf16>(out, first, last, x, x_stride, positions, call);
-#if defined(__AVX512BF16__)
-      case PanelEncoding::bf16_dot: return matmul_panels_avx512<DotBf16>(out, first, last, x, x_stride, positions, call);
-#else
-      case PanelEncoding::bf16_dot: break;  // no BF16 dot instruction: the portable path emulates it
-#endif
-      case PanelEncoding::q8_0: return matmul_panels_avx512<VisitQ8_0>(out, first, last, x, x_stride, positions, call);
-      case PanelEncoding::q4_0: return matmul_panels_avx512<VisitQ4<false>>(out, first, last, x, x_stride, positions, call);
-      case PanelEncoding::q4_1: return matmul_panels_avx512<VisitQ4<true>>(out, first, last, x, x_stride, positions, call);
-    }
-  }
-#endif
-  (void)portable, (void)call;
-  matmul_panels_portable(out, first, last, x, x_stride, positions);
-}
 
 }  // namespace specdec::llama::detail
