@@ -14,7 +14,8 @@
 // Environment: SPECDEC_MODEL (GGUF path), SPECDEC_THREADS (1), SPECDEC_BENCH_TOKENS (128),
 // SPECDEC_BENCH_KS ("1,2,3,4,5,6,7,8"), SPECDEC_BENCH_DRAFTS ("ngram,early-exit:4,early-exit:10"),
 // SPECDEC_BENCH_MODES ("greedy,sampled"), SPECDEC_BENCH_KINDS ("grounded,chat,code"),
-// SPECDEC_BENCH_DRAFT_MODEL (a second GGUF, added as draft "model"), SPECDEC_BENCH_REPEATS (cost samples, 15).
+// SPECDEC_BENCH_DRAFT_MODEL (a second GGUF, added as draft "model"), SPECDEC_BENCH_REPEATS (cost samples, 15),
+// SPECDEC_FORMAT (the weight format, default quantized_dot).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -53,6 +54,15 @@ struct Task {
   std::vector<Token> prompt;
 };
 
+/// The in-memory weight format: SPECDEC_FORMAT (f32, bf16, bf16_dot, quantized, quantized_dot), default quantized_dot.
+llama::WeightFormat format() {
+  const std::string name = env("SPECDEC_FORMAT", "quantized_dot");
+  for (auto f : {llama::WeightFormat::f32, llama::WeightFormat::bf16, llama::WeightFormat::bf16_dot,
+                 llama::WeightFormat::quantized, llama::WeightFormat::quantized_dot})
+    if (llama::to_string(f) == name) return f;
+  detail::fail("SPECDEC_FORMAT '", name, "' is not a weight format");
+}
+
 /// Everything loaded once: the model, its tokenizer, the tasks, the plain baselines.
 struct Bench {
   gguf::File file;
@@ -76,13 +86,13 @@ struct Bench {
   Bench()
       : file(gguf::File::open(env("SPECDEC_MODEL", SPECDEC_SOURCE_DIR "/models/SmolLM2-135M-Instruct.Q4_1.gguf"))),
         tokenizer(llama::Tokenizer::from_gguf(file)),
-        target(llama::LlamaWeights::load(file, llama::WeightFormat::quantized_dot), 4096,
+        target(llama::LlamaWeights::load(file, format()), 4096,
                std::make_shared<llama::ThreadPool>(std::stoul(env("SPECDEC_THREADS", "1")))),
         max_new_tokens(std::stoul(env("SPECDEC_BENCH_TOKENS", "128"))) {
     if (const std::string path = env("SPECDEC_BENCH_DRAFT_MODEL", ""); !path.empty()) {
       const gguf::File draft_file = gguf::File::open(path);
       llama::check_same_vocabulary(llama::Tokenizer::from_gguf(draft_file), tokenizer);
-      second_draft = std::make_unique<llama::LlamaModel>(llama::LlamaWeights::load(draft_file, llama::WeightFormat::quantized_dot),
+      second_draft = std::make_unique<llama::LlamaModel>(llama::LlamaWeights::load(draft_file, format()),
                                                          4096, target.pool());
     }
     const fs::path root = SPECDEC_SOURCE_DIR "/benchmarks/tasks";
