@@ -37,7 +37,7 @@ constexpr const char* kUsage = R"(usage: specdec-generate [options]
   --sampling rejection|coupled   acceptance policy when --temp > 0 (default rejection)
   --seed S                  random seed (default 0)
   --threads N               threads (default 1)
-  --format F                in-memory weights: f32 | bf16 | quantized | quantized_dot (default
+  --format F                in-memory weights: f32 | bf16 | bf16_dot | quantized | quantized_dot (default
                             quantized_dot: integer dot products with inputs rounded to int8 per 32
                             columns; quantized multiplies the exact floats, about half as fast)
   --max-context N           KV cache positions (default 4096)
@@ -109,11 +109,12 @@ Args parse_args(int argc, char** argv) {
         throw UsageError("--sampling expects rejection or coupled, got '" + a.policy + "'");
     } else if (flag == "--format") {
       const std::string_view f = value();
-      if (f == "f32") a.format = llama::WeightFormat::f32;
-      else if (f == "bf16") a.format = llama::WeightFormat::bf16;
-      else if (f == "quantized") a.format = llama::WeightFormat::quantized;
-      else if (f == "quantized_dot") a.format = llama::WeightFormat::quantized_dot;
-      else throw UsageError("--format expects f32, bf16, quantized or quantized_dot, got '" + std::string(f) + "'");
+      bool known = false;
+      for (auto format : {llama::WeightFormat::f32, llama::WeightFormat::bf16, llama::WeightFormat::bf16_dot,
+                          llama::WeightFormat::quantized, llama::WeightFormat::quantized_dot})
+        if (llama::to_string(format) == f) a.format = format, known = true;
+      if (!known)
+        throw UsageError("--format expects f32, bf16, bf16_dot, quantized or quantized_dot, got '" + std::string(f) + "'");
     } else {
       throw UsageError("unknown argument '" + std::string(flag) + "' (see --help)");
     }

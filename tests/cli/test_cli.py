@@ -91,7 +91,7 @@ errors = [
     (["--draft", "ngram:0"], "--draft ngram:N needs N in 1..16, got 0"),
     (["--draft", "/nonexistent/draft.gguf"], "/nonexistent/draft.gguf"),
     (["--sampling", "magic"], "--sampling expects rejection or coupled, got 'magic'"),
-    (["--format", "int3"], "--format expects f32, bf16, quantized or quantized_dot, got 'int3'"),
+    (["--format", "int3"], "--format expects f32, bf16, bf16_dot, quantized or quantized_dot, got 'int3'"),
     (["--threads", "0"], "--threads must be in 1..256, got 0"),
     (["--prompt", ""], "--prompt is empty"),
     (["--max-context", "8", "--max-tokens", "16"], "exceeds --max-context 8"),
