@@ -39,27 +39,32 @@ struct FixedDraftLength {
 /// Chooses k each round to maximise expected tokens per unit time, E(k) / C(k), where
 ///   E(k) = 1 + sum_{j<=k} prod_{i<=j} alpha_i   (alpha_i: acceptance at draft position i, given i was reached)
 ///   C(k) = k * t_draft + t_verify(k + 1)         (t_verify(1) is a plain decoding step, so k = 0 is plain decoding)
-/// alpha_i and the costs are exponential moving averages of what the decoder measures. A new k replaces the
-/// current one only when it is predicted to be `hysteresis` better; while k = 0, a probe round with k >= 1 runs
-/// every `probe_interval` rounds so the policy notices when speculation starts paying again.
+/// alpha_i and the costs are exponential moving averages of what the decoder measures. The first round drafts one
+/// token (cheap to learn from, whatever the draft costs); unmeasured positions take the last measured alpha, so k
+/// grows while drafts keep being accepted. A new k replaces the current one only when it is predicted to be
+/// `hysteresis` better; while k = 0, a probe round with k >= 1 runs after `probe_interval` rounds, and the wait
+/// doubles after each probe that does not bring speculation back (up to `max_probe_interval`).
 /// k never exceeds GenerateOptions::draft_length. State persists across generate() calls on one decoder.
 class AdaptiveDraftLength {
  public:
   double smoothing = 0.1;          // weight of the newest observation in each moving average
   double hysteresis = 0.05;        // relative gain needed to change k
-  std::size_t probe_interval = 16;  // rounds at k = 0 between probes
+  std::size_t probe_interval = 16;       // rounds at k = 0 before the first probe
+  std::size_t max_probe_interval = 256;  // the longest wait between probes
 
   std::size_t next(const GenerateOptions& options) {
     const std::size_t max_k = options.draft_length;
     if (max_k == 0) return current_ = 0;
-    if (!measured_) return current_ = max_k;  // first round: explore at the full length
+    if (!measured_) return current_ = 1;  // first round: one cheap draft step to measure
     std::size_t best = 0;
     double best_rate = rate(0);
     for (std::size_t k = 1; k <= max_k; ++k)
       if (const double r = rate(k); r > best_rate) best = k, best_rate = r;
     if (current_ > max_k || best_rate > rate(current_) * (1.0 + hysteresis)) current_ = best;
-    if (current_ == 0 && ++rounds_at_zero_ >= probe_interval) {
+    if (current_ > 0) wait_ = 0;
+    if (current_ == 0 && ++rounds_at_zero_ >= (wait_ = wait_ ? wait_ : probe_interval)) {
       rounds_at_zero_ = 0;
+      wait_ = std::min(2 * wait_, max_probe_interval);
       std::size_t probe = 1;
       for (std::size_t k = 2; k <= max_k; ++k)
         if (rate(k) > rate(probe)) probe = k;
@@ -126,6 +131,7 @@ class AdaptiveDraftLength {
   bool measured_ = false;
   std::size_t current_ = 0;
   std::size_t rounds_at_zero_ = 0;
+  std::size_t wait_ = 0;  // rounds at k = 0 before the next probe (0: not waiting yet)
 };
 
 static_assert(DraftLengthPolicy<FixedDraftLength>);
