@@ -3,7 +3,8 @@
 //
 //   SPECDEC_MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf SPECDEC_THREADS=2 ./bench_llama_forward
 //
-// BM_LlamaForward_<format>/<n>: with 256 positions in the context, forward n more and truncate back.
+// BM_LlamaForward_<format>/<n>: with 256 positions in the context (SPECDEC_CONTEXT overrides), forward n more
+// and truncate back.
 // Counters: weight_bytes (streamed per forward), GB/s (weight bytes / time), floor_fraction (bandwidth floor
 // time / measured time; 1 = memory-bound at full bandwidth), all per wall-clock time. BM_MemoryBandwidth: read
 // bandwidth of a 512 MB sum. On a shared machine run with --benchmark_repetitions=5 and read the _min rows.
@@ -81,7 +82,7 @@ LlamaModel& model(WeightFormat format) {
 }
 
 void forward(benchmark::State& state, WeightFormat format) {
-  constexpr std::size_t context = 256;
+  const std::size_t context = std::getenv("SPECDEC_CONTEXT") ? std::size_t(std::atoi(std::getenv("SPECDEC_CONTEXT"))) : 256;
   LlamaModel& m = model(format);
   std::mt19937 rng(7);
   std::vector<specdec::Token> tokens(context + static_cast<std::size_t>(state.range(0)));

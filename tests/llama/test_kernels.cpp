@@ -1,4 +1,4 @@
-// Tests of the thread pool, the packed weight formats and the batch-invariant matrix kernel.
+// Tests of the thread pool, the packed weight formats, the batch-invariant matrix kernel and attention.
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -257,6 +257,67 @@ TEST_CASE("exp_approx is within a few ulp of std::exp and its vector twin gives 
   }
   REQUIRE(specdec::llama::detail::exp_approx(-1000.0f) < 1e-37f);
   REQUIRE(specdec::llama::detail::exp_approx(0.0f) == 1.0f);
+}
+
+TEST_CASE("input quantisation for the dot kernels: the AVX-512 path writes the same bytes as the scalar one",
+          "[kernels]") {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int trial = 0; trial < 2000; ++trial) {
+    float x[32];
+    const float scale = std::ldexp(1.0f, static_cast<int>(rng() % 40) - 20);
+    for (float& v : x) v = normal(rng) * scale;
+    if (trial % 7 == 0) std::fill(x, x + 32, 0.0f);                          // dx = 0
+    if (trial % 5 == 1) for (int j = 0; j < 32; ++j) x[j] = (j - 16) * 0.5f;  // exact halves: ties to even
+    std::byte fast[48], scalar[48];
+    specdec::llama::detail::quantize_block(x, fast);
+    specdec::llama::detail::quantize_block_portable(x, scalar);
+    REQUIRE(std::memcmp(fast, scalar, 48) == 0);
+  }
+}
+
+TEST_CASE("grouped attention: the AVX-512 kernel and the portable path give the same bits, close to exact",
+          "[kernels]") {
+  using specdec::llama::detail::AttentionGroup;
+  using specdec::llama::detail::key_block;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (std::size_t d : {std::size_t{64}, std::size_t{128}, std::size_t{20}}) {
+    for (std::size_t heads : {std::size_t{1}, std::size_t{3}, std::size_t{6}}) {
+      for (std::size_t keys : {std::size_t{1}, std::size_t{15}, std::size_t{16}, std::size_t{37}, std::size_t{200}}) {
+        const std::size_t blocks = (keys + key_block - 1) / key_block, stride = blocks * key_block;
+        std::vector<float> q(heads * d), k(keys * d), v(keys * d), kt(blocks * key_block * d, 0.0f);
+        for (auto& x : q) x = normal(rng);
+        for (auto& x : k) x = normal(rng);
+        for (auto& x : v) x = normal(rng);
+        for (std::size_t j = 0; j < keys; ++j)
+          for (std::size_t c = 0; c < d; ++c) kt[(j / key_block) * d * key_block + c * key_block + j % key_block] = k[j * d + c];
+        std::vector<float> fast(heads * d), portable(heads * d), scores(heads * stride);
+        AttentionGroup a{q.data(), d, heads, kt.data(), v.data(), keys, d, 1.0f / std::sqrt(float(d)),
+                         scores.data(), stride, fast.data(), d};
+        specdec::llama::detail::attend_group(a);
+        a.out = portable.data();
+        specdec::llama::detail::attend_group(a, /*portable=*/true);
+        REQUIRE(std::memcmp(fast.data(), portable.data(), fast.size() * sizeof(float)) == 0);
+        for (std::size_t h = 0; h < heads; ++h) {
+          std::vector<double> p(keys);
+          double max = -1e300, sum = 0.0;
+          for (std::size_t j = 0; j < keys; ++j) {
+            double s = 0.0;
+            for (std::size_t c = 0; c < d; ++c) s += double(q[h * d + c]) * double(k[j * d + c]);
+            p[j] = s / std::sqrt(double(d));
+            max = std::max(max, p[j]);
+          }
+          for (auto& x : p) sum += (x = std::exp(x - max));
+          for (std::size_t c = 0; c < d; ++c) {
+            double exact = 0.0;
+            for (std::size_t j = 0; j < keys; ++j) exact += p[j] / sum * double(v[j * d + c]);
+            REQUIRE(std::abs(fast[h * d + c] - exact) <= 1e-5 * (1.0 + std::abs(exact)));
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("swiglu gives the same bits for an element in the vector body or the scalar tail", "[kernels]") {

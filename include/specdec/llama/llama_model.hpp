@@ -57,7 +57,9 @@ class Transformer {
     if (layers == 0 || layers > c.layers)
       specdec::detail::fail("llama model runs 1 to ", c.layers, " layers, got ", layers);
     if (max_context == 0) specdec::detail::fail("llama model needs max_context > 0, got 0");
-    kv_ = KvCache(layers, max_context, c.kv_heads * c.head_dim);
+    kv_ = KvCache(layers * c.kv_heads, max_context, c.head_dim);
+    blocks_ = (max_context + key_block - 1) / key_block;
+    keys_t_.assign(layers * c.kv_heads * blocks_ * key_block * c.head_dim, 0.0f);
     // RoPE table: θ_j = pos·base^(−2j/rope_dims), computed in double once.
     const std::size_t pairs = c.rope_dims / 2;
     rope_.resize(max_context * pairs * 2);
@@ -67,7 +69,8 @@ class Transformer {
         rope_[(pos * pairs + j) * 2] = static_cast<float>(std::cos(theta));
         rope_[(pos * pairs + j) * 2 + 1] = static_cast<float>(std::sin(theta));
       }
-    scores_.resize(pool_->threads() * max_context);
+    score_stride_ = blocks_ * key_block;
+    scores_.resize(pool_->threads() * (c.heads / c.kv_heads) * score_stride_);
   }
 
   const LlamaConfig& config() const { return weights_->config(); }
@@ -102,13 +105,11 @@ class Transformer {
       const LayerWeights& w = weights_->layer(l);
       // 2. Attention: norm, Q/K/V projections (K and V straight into the cache), RoPE, attention, Wo + residual.
       rms_norm(x_.data(), w.attn_norm.data(), h_.data(), n);
-      kv_.reserve(l, n);
-      float* keys = kv_.key_rows(l, static_cast<Eigen::Index>(start), static_cast<Eigen::Index>(n)).data();
-      float* values = kv_.value_rows(l, static_cast<Eigen::Index>(start), static_cast<Eigen::Index>(n)).data();
-      const MatmulOutput qkv[] = {{&w.q, q_.data(), qw, false}, {&w.k, keys, kw, false}, {&w.v, values, kw, false}};
+      const MatmulOutput qkv[] = {{&w.q, q_.data(), qw, false}, {&w.k, k_.data(), kw, false}, {&w.v, v_.data(), kw, false}};
       matmul(qkv, h_.data(), e, n, pool);
       rope(q_.data(), qw, c.heads, start, n);
-      rope(keys, kw, c.kv_heads, start, n);
+      rope(k_.data(), kw, c.kv_heads, start, n);
+      store_kv(l, start, n);
       attention(l, start, n);
       matmul(MatmulOutput{&w.o, x_.data(), e, true}, attn_.data(), qw, n, pool);
 
@@ -136,6 +137,8 @@ class Transformer {
     h_.resize(n * c.embedding);
     q_.resize(n * c.heads * c.head_dim);
     attn_.resize(n * c.heads * c.head_dim);
+    k_.resize(n * c.kv_heads * c.head_dim);
+    v_.resize(n * c.kv_heads * c.head_dim);
     gate_.resize(n * c.ffn);
     up_.resize(n * c.ffn);
     capacity_ = n;
@@ -170,18 +173,49 @@ class Transformer {
     }
   }
 
-  /// attn_[i, head] = softmax(q·Kᵀ·scale) V over keys 0..start+i, per (position, head), split across threads.
+  /// Appends the n new positions' keys (after RoPE) and values: rows of kv cache layer (l, g), and the keys
+  /// again into the transposed blocks the score loop reads.
+  void store_kv(std::size_t layer, std::size_t start, std::size_t n) {
+    const LlamaConfig& c = config();
+    const std::size_t d = c.head_dim, kw = c.kv_heads * d;
+    for (std::size_t g = 0; g < c.kv_heads; ++g) {
+      const std::size_t cache_layer = layer * c.kv_heads + g;
+      const auto begin = kv_.reserve(cache_layer, n);
+      float* keys = kv_.key_rows(cache_layer, begin, static_cast<Eigen::Index>(n)).data();
+      float* values = kv_.value_rows(cache_layer, begin, static_cast<Eigen::Index>(n)).data();
+      float* blocks = &keys_t_[cache_layer * blocks_ * key_block * d];
+      for (std::size_t i = 0; i < n; ++i) {
+        const float* k = &k_[i * kw + g * d];
+        std::copy(k, k + d, keys + i * d);
+        std::copy(&v_[i * kw + g * d], &v_[i * kw + g * d] + d, values + i * d);
+        const std::size_t pos = start + i;
+        float* column = blocks + (pos / key_block) * d * key_block + pos % key_block;
+        for (std::size_t j = 0; j < d; ++j) column[j * key_block] = k[j];
+      }
+    }
+  }
+
+  /// attn_[i, head] = softmax(q·Kᵀ·scale) V over keys 0..start+i, per (position, kv head) with the query heads
+  /// that share it, split across threads.
   void attention(std::size_t layer, std::size_t start, std::size_t n) {
     const LlamaConfig& c = config();
-    const std::size_t qw = c.heads * c.head_dim, kw = c.kv_heads * c.head_dim, d = c.head_dim;
-    const std::size_t group = c.heads / c.kv_heads;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-    const float* keys = kv_.keys(layer, start + n).data();      // [start + n, kw]
-    const float* values = kv_.values(layer, start + n).data();  // [start + n, kw]
-    pool_->parallel_for(n * c.heads, [&](std::size_t task, std::size_t slot) {
-      const std::size_t i = task / c.heads, h = task % c.heads, kv_offset = (h / group) * d;
-      attend(&q_[i * qw + h * d], keys + kv_offset, values + kv_offset, kw, start + i + 1, d, scale,
-             &scores_[slot * max_context_], &attn_[i * qw + h * d]);
+    const std::size_t qw = c.heads * c.head_dim, d = c.head_dim, group = c.heads / c.kv_heads;
+    pool_->parallel_for(n * c.kv_heads, [&](std::size_t task, std::size_t slot) {
+      const std::size_t i = task / c.kv_heads, g = task % c.kv_heads, cache_layer = layer * c.kv_heads + g;
+      AttentionGroup a;
+      a.q = &q_[i * qw + g * group * d];
+      a.q_stride = d;
+      a.heads = group;
+      a.keys_t = &keys_t_[cache_layer * blocks_ * key_block * d];
+      a.values = kv_.values(cache_layer, start + n).data();
+      a.keys = start + i + 1;
+      a.d = d;
+      a.scale = 1.0f / std::sqrt(static_cast<float>(d));
+      a.scores = &scores_[slot * group * score_stride_];
+      a.score_stride = score_stride_;
+      a.out = &attn_[i * qw + g * group * d];
+      a.out_stride = d;
+      attend_group(a);
     });
   }
 
@@ -189,14 +223,19 @@ class Transformer {
   std::shared_ptr<ThreadPool> pool_;
   std::size_t layers_;
   std::size_t max_context_;
-  KvCache kv_;                 // [layers][max_context, kv_heads·head_dim], keys after RoPE
+  KvCache kv_;                 // layer l, kv head g at cache layer l·kv_heads + g: [max_context, head_dim]
+  std::size_t blocks_ = 0;     // blocks of key_block positions that max_context needs
+  std::vector<float> keys_t_;  // per cache layer: [blocks][head_dim][key_block], the keys (after RoPE) again
   std::vector<float> rope_;    // [max_context, rope_dims / 2, (cos, sin)]
-  std::vector<float> scores_;  // [threads, max_context]: attention scratch per thread
+  std::size_t score_stride_ = 0;  // blocks_·key_block
+  std::vector<float> scores_;  // [threads, group, score_stride]: attention scratch per thread
   std::size_t capacity_ = 0;   // positions the buffers below hold
   std::vector<float> x_;       // [capacity, embedding]: the residual stream
   std::vector<float> h_;       // [capacity, embedding]: normed input of a block
   std::vector<float> q_;       // [capacity, heads·head_dim]
   std::vector<float> attn_;    // [capacity, heads·head_dim]: concatenated head outputs
+  std::vector<float> k_;       // [capacity, kv_heads·head_dim]: new keys, before they go to the cache
+  std::vector<float> v_;       // [capacity, kv_heads·head_dim]: new values
   std::vector<float> gate_;    // [capacity, ffn]: gate projection, then SwiGLU output
   std::vector<float> up_;      // [capacity, ffn]
   Logits logits_;              // [n, vocab] of the last forward call

@@ -65,6 +65,8 @@ struct LlamaConfig {
                             ", ffn ", ffn);
     if (heads % kv_heads != 0)
       specdec::detail::fail("llama config: head count ", heads, " is not a multiple of kv head count ", kv_heads);
+    if (heads / kv_heads > 64)
+      specdec::detail::fail("llama config: ", heads / kv_heads, " query heads per kv head, at most 64 supported");
     if (rope_dims % 2 != 0 || rope_dims > head_dim)
       specdec::detail::fail("llama config: rope dimension count ", rope_dims, " must be even and at most head_dim ",
                             head_dim);

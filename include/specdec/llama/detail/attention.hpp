@@ -1,5 +1,5 @@
 // specdec/llama/detail/attention.hpp — per-position attention and the elementwise math of the forward pass.
-// Entry points: detail::attend, detail::exp_approx. Read first: ../llama_model.hpp.
+// Entry points: detail::attend_group, detail::exp_approx. Read first: ../llama_model.hpp.
 //
 // Everything here computes one query position from that position's inputs only, in an operation order fixed
 // by the number of keys it sees, so the forward pass stays batch-invariant. exp_approx is plain float code
@@ -90,78 +90,184 @@ inline void swiglu(float* gate, const float* up, std::size_t n) {
   for (; i < n; ++i) gate[i] = gate[i] / (1.0f + exp_approx(-gate[i])) * up[i];
 }
 
-/// Sum of a[i]·b[i] in 16 interleaved partial sums and a fixed reduction tree (vectorisable, deterministic).
-inline float dot(const float* a, const float* b, std::size_t n) {
+// ---------------------------------------------------------------------------------------------------------
+// Attention of the query heads that share one kv head (grouped-query attention), for one position.
+//
+// Keys are read from a transposed copy in blocks of 16 positions, [block][head_dim][16], so that 16 scores
+// come out of plain vector FMAs with no horizontal sum; values are rows [position, head_dim]. Per (head, key)
+// the float sequence is fixed by head_dim and the number of keys only:
+//   score: four chains over the quarters of head_dim, each q[c]·k[c] for its first c then fma in order of c;
+//          s = ((s0 + s1) + (s2 + s3))·scale (one chain over all of head_dim when head_dim % 4 != 0);
+//   softmax: max (exact in any order), e^(s − max) by exp_approx, the sum in 16 partial sums by key index
+//          and a fixed tree;
+//   output: per element, fma over keys in order from zero, then × 1/sum.
+// attend_group_portable and the AVX-512 kernel perform exactly these operations, so they give the same bits.
+
+inline constexpr std::size_t key_block = 16;  // positions per block of the transposed keys
+
+inline std::size_t score_chains(std::size_t d) { return d % 4 == 0 ? 4 : 1; }
+
+/// Sum of scores[0..n) in 16 partial sums by index (lanes[j % 16]), then lanes[l] += lanes[l + w] for w = 8, 4, 2, 1.
+inline float sum_by_lanes(const float* scores, std::size_t n) {
   float lanes[16] = {};
-  std::size_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (std::size_t l = 0; l < 16; ++l) lanes[l] += a[i + l] * b[i + l];
-  for (; i < n; ++i) lanes[i % 16] += a[i] * b[i];
+  std::size_t j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (std::size_t l = 0; l < 16; ++l) lanes[l] += scores[j + l];
+  for (; j < n; ++j) lanes[j % 16] += scores[j];
   for (std::size_t width = 8; width > 0; width /= 2)
     for (std::size_t l = 0; l < width; ++l) lanes[l] += lanes[l + width];
   return lanes[0];
 }
 
-/// out = softmax(q·Kᵀ·scale)·V for one query head over keys 0..keys_seen−1.
-/// q: [d]; keys, values: rows [keys_seen, stride] (this head's kv slice at the row start); scores: [keys_seen]
-/// scratch; out: [d].
-inline void attend(const float* q, const float* keys, const float* values, std::size_t stride,
-                   std::size_t keys_seen, std::size_t d, float scale, float* scores, float* out) {
-  // 1. Scores and their maximum (max is exact in any order).
-  float max = -INFINITY;
+/// Geometry of one attend_group call. q rows and out rows are head_dim floats at the given strides;
+/// scores is scratch of heads × score_stride floats with score_stride >= keys rounded up to 16.
+struct AttentionGroup {
+  const float* q;            // [heads] rows at q_stride
+  std::size_t q_stride;
+  std::size_t heads;         // query heads sharing this kv head
+  const float* keys_t;       // transposed key blocks of this kv head: [ceil(keys / 16)][d][16]
+  const float* values;       // [keys, d]
+  std::size_t keys;          // keys seen by this position
+  std::size_t d;             // head_dim
+  float scale;               // 1/√d
+  float* scores;             // scratch
+  std::size_t score_stride;
+  float* out;                // [heads] rows at out_stride
+  std::size_t out_stride;
+};
+
+/// Softmax of each head's scores in place (weights e^(s − max)) and the output rows; shared by both paths.
+inline void softmax_rows(const AttentionGroup& a, float* inverse) {
+  for (std::size_t h = 0; h < a.heads; ++h) {
+    float* s = a.scores + h * a.score_stride;
+    float max = -INFINITY;
+    for (std::size_t j = 0; j < a.keys; ++j) max = std::max(max, s[j]);
+    exp_shifted(s, a.keys, max);
+    inverse[h] = 1.0f / sum_by_lanes(s, a.keys);
+  }
+}
+
+/// The portable path of attend_group (also the reference for the AVX-512 kernel).
+inline void attend_group_portable(const AttentionGroup& a) {
+  const std::size_t chains = score_chains(a.d), part = a.d / chains;
+  for (std::size_t h = 0; h < a.heads; ++h) {
+    const float* q = a.q + h * a.q_stride;
+    for (std::size_t j = 0; j < a.keys; ++j) {
+      const float* block = a.keys_t + (j / key_block) * a.d * key_block + j % key_block;
+      float partial[4];
+      for (std::size_t m = 0; m < chains; ++m) {
+        const std::size_t c0 = m * part;
+        float s = q[c0] * block[c0 * key_block];
+        for (std::size_t c = c0 + 1; c < c0 + part; ++c) s = std::fma(q[c], block[c * key_block], s);
+        partial[m] = s;
+      }
+      const float total = chains == 4 ? (partial[0] + partial[1]) + (partial[2] + partial[3]) : partial[0];
+      a.scores[h * a.score_stride + j] = total * a.scale;
+    }
+  }
+  float inverse[64];
+  softmax_rows(a, inverse);
+  for (std::size_t h = 0; h < a.heads; ++h) {
+    const float* p = a.scores + h * a.score_stride;
+    float* out = a.out + h * a.out_stride;
+    for (std::size_t c = 0; c < a.d; ++c) {
+      float acc = 0.0f;
+      for (std::size_t j = 0; j < a.keys; ++j) acc = std::fma(p[j], a.values[j * a.d + c], acc);
+      out[c] = acc * inverse[h];
+    }
+  }
+}
+
 #if defined(__AVX512F__)
-  if (d % 16 == 0) {
-    for (std::size_t j = 0; j < keys_seen; ++j) {
-      const float* k = keys + j * stride;
-      __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(k));
-      for (std::size_t c = 16; c < d; c += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + c), _mm512_loadu_ps(k + c), acc);
-      scores[j] = _mm512_reduce_add_ps(acc) * scale;
-      max = std::max(max, scores[j]);
+/// Scores of H heads (H <= 4) for all keys, 16 keys per step. requires: d % 4 == 0, d / 4 >= 1.
+template <int H>
+void group_scores_avx512(const AttentionGroup& a, std::size_t h0) {
+  const std::size_t part = a.d / 4, blocks = (a.keys + key_block - 1) / key_block;
+  const float* q[H];
+  for (int h = 0; h < H; ++h) q[h] = a.q + (h0 + h) * a.q_stride;
+  const __m512 scale = _mm512_set1_ps(a.scale);
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const float* block = a.keys_t + b * a.d * key_block;
+    __m512 acc[H][4];
+    for (int m = 0; m < 4; ++m) {
+      const __m512 k = _mm512_loadu_ps(block + m * part * key_block);
+      for (int h = 0; h < H; ++h) acc[h][m] = _mm512_mul_ps(_mm512_set1_ps(q[h][m * part]), k);
     }
-  } else
-#endif
-  {
-    for (std::size_t j = 0; j < keys_seen; ++j) {
-      scores[j] = dot(q, keys + j * stride, d) * scale;
-      max = std::max(max, scores[j]);
+    for (std::size_t c = 1; c < part; ++c)
+      for (int m = 0; m < 4; ++m) {
+        const std::size_t col = m * part + c;
+        const __m512 k = _mm512_loadu_ps(block + col * key_block);
+        for (int h = 0; h < H; ++h) acc[h][m] = _mm512_fmadd_ps(_mm512_set1_ps(q[h][col]), k, acc[h][m]);
+      }
+    for (int h = 0; h < H; ++h) {
+      const __m512 total = _mm512_add_ps(_mm512_add_ps(acc[h][0], acc[h][1]), _mm512_add_ps(acc[h][2], acc[h][3]));
+      _mm512_storeu_ps(a.scores + (h0 + h) * a.score_stride + b * key_block, _mm512_mul_ps(total, scale));
     }
   }
-  // 2. Softmax weights e^(s − max) and their sum in 16 partial sums by key index.
-  float lanes[16] = {};
-  exp_shifted(scores, keys_seen, max);
-  std::size_t j = 0;
-  for (; j + 16 <= keys_seen; j += 16)
-    for (std::size_t l = 0; l < 16; ++l) lanes[l] += scores[j + l];
-  for (; j < keys_seen; ++j) lanes[j % 16] += scores[j];
-  for (std::size_t width = 8; width > 0; width /= 2)
-    for (std::size_t l = 0; l < width; ++l) lanes[l] += lanes[l + width];
-  const float inv = 1.0f / lanes[0];
-  // 3. out = Σ_j p_j·V_j / sum, keys in order.
-  std::size_t c = 0;
+}
+
+/// Output rows of H heads (H <= 4) for 64 columns at c0: per element an fma chain over keys in order.
+template <int H>
+void group_values_avx512(const AttentionGroup& a, std::size_t h0, std::size_t c0, const float* inverse) {
+  __m512 acc[H][4];
+  for (int h = 0; h < H; ++h)
+    for (int v = 0; v < 4; ++v) acc[h][v] = _mm512_setzero_ps();
+  const float* p[H];
+  for (int h = 0; h < H; ++h) p[h] = a.scores + (h0 + h) * a.score_stride;
+  for (std::size_t j = 0; j < a.keys; ++j) {
+    const float* row = a.values + j * a.d + c0;
+    __m512 v[4];
+    for (int i = 0; i < 4; ++i) v[i] = _mm512_loadu_ps(row + 16 * i);
+    for (int h = 0; h < H; ++h) {
+      const __m512 w = _mm512_set1_ps(p[h][j]);
+      for (int i = 0; i < 4; ++i) acc[h][i] = _mm512_fmadd_ps(w, v[i], acc[h][i]);
+    }
+  }
+  for (int h = 0; h < H; ++h) {
+    float* out = a.out + (h0 + h) * a.out_stride + c0;
+    const __m512 inv = _mm512_set1_ps(inverse[h0 + h]);
+    for (int i = 0; i < 4; ++i) _mm512_storeu_ps(out + 16 * i, _mm512_mul_ps(acc[h][i], inv));
+  }
+}
+
+template <template <int> class Step, typename... Args>
+void for_head_chunks(std::size_t heads, Args&&... args) {
+  for (std::size_t h0 = 0; h0 < heads; h0 += 4) {
+    switch (std::min<std::size_t>(4, heads - h0)) {
+      case 1: Step<1>::run(h0, args...); break;
+      case 2: Step<2>::run(h0, args...); break;
+      case 3: Step<3>::run(h0, args...); break;
+      default: Step<4>::run(h0, args...); break;
+    }
+  }
+}
+
+template <int H>
+struct ScoreStep {
+  static void run(std::size_t h0, const AttentionGroup& a) { group_scores_avx512<H>(a, h0); }
+};
+template <int H>
+struct ValueStep {
+  static void run(std::size_t h0, const AttentionGroup& a, std::size_t c0, const float* inverse) {
+    group_values_avx512<H>(a, h0, c0, inverse);
+  }
+};
+#endif
+
+/// out[h] = softmax(q_h·Kᵀ·scale)·V over keys 0..keys−1 for each query head h of a group sharing one kv head.
+/// requires: heads <= 64. `portable` forces the portable path (same bits).
+inline void attend_group(const AttentionGroup& a, bool portable = false) {
 #if defined(__AVX512F__)
-  for (; c + 64 <= d; c += 64) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (std::size_t k = 0; k < keys_seen; ++k) {
-      const float* v = values + k * stride + c;
-      const __m512 p = _mm512_set1_ps(scores[k]);
-      a0 = _mm512_fmadd_ps(p, _mm512_loadu_ps(v), a0);
-      a1 = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + 16), a1);
-      a2 = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + 32), a2);
-      a3 = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + 48), a3);
-    }
-    const __m512 s = _mm512_set1_ps(inv);
-    _mm512_storeu_ps(out + c, _mm512_mul_ps(a0, s));
-    _mm512_storeu_ps(out + c + 16, _mm512_mul_ps(a1, s));
-    _mm512_storeu_ps(out + c + 32, _mm512_mul_ps(a2, s));
-    _mm512_storeu_ps(out + c + 48, _mm512_mul_ps(a3, s));
+  if (!portable && a.d % 64 == 0) {
+    for_head_chunks<ScoreStep>(a.heads, a);
+    float inverse[64];
+    softmax_rows(a, inverse);
+    for (std::size_t c0 = 0; c0 < a.d; c0 += 64) for_head_chunks<ValueStep>(a.heads, a, c0, inverse);
+    return;
   }
 #endif
-  if (c < d) {
-    std::fill(out + c, out + d, 0.0f);
-    for (std::size_t k = 0; k < keys_seen; ++k)
-      for (std::size_t e = c; e < d; ++e) out[e] += scores[k] * values[k * stride + e];
-    for (std::size_t e = c; e < d; ++e) out[e] *= inv;
-  }
+  (void)portable;
+  attend_group_portable(a);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)

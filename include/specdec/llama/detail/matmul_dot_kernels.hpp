@@ -34,6 +34,61 @@ namespace specdec::llama::detail {
 
 inline constexpr std::size_t dot_entry_bytes = 48;
 
+/// Quantises one block of 32 inputs into an entry (layout above), scalar.
+inline void quantize_block_portable(const float* xb, std::byte* e) {
+  float amax = 0.0f;
+  for (std::size_t j = 0; j < quant_block; ++j) amax = std::max(amax, std::abs(xb[j]));
+  const float dx = amax / 127.0f;
+  const float inverse = dx != 0.0f ? 1.0f / dx : 0.0f;
+  std::int8_t q[quant_block];
+  std::int32_t sum = 0;
+  for (std::size_t j = 0; j < quant_block; ++j) {
+    const float v = std::clamp(std::nearbyint(xb[j] * inverse), -127.0f, 127.0f);
+    q[j] = static_cast<std::int8_t>(v);
+    sum += q[j];
+  }
+  const float mx = dx * static_cast<float>(sum);
+  std::memcpy(e, q, quant_block);
+  std::memcpy(e + 32, &dx, 4);
+  std::memcpy(e + 36, &mx, 4);
+  std::memcpy(e + 40, &sum, 4);
+  std::memset(e + 44, 0, 4);
+}
+
+/// quantize_block_portable with AVX-512: the same float operations (max is exact in any order; the conversion
+/// rounds to nearest even like nearbyint in the default mode; |x·inverse| <= 127 up to rounding, so clamping
+/// the integers equals clamping the floats), so the same bytes for finite inputs.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12: its own _mm512_undefined_* and
+#pragma GCC diagnostic ignored "-Wuninitialized"        // _mm512_reduce_max_ps (false positives)
+#endif
+inline void quantize_block(const float* xb, std::byte* e) {
+#if defined(__AVX512F__)
+  const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+  const float dx = amax / 127.0f;
+  const float inverse = dx != 0.0f ? 1.0f / dx : 0.0f;
+  const __m512 inv = _mm512_set1_ps(inverse);
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  const __m512i q0 = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x0, inv)), lo), hi);
+  const __m512i q1 = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x1, inv)), lo), hi);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(e), _mm512_cvtepi32_epi8(q0));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(e + 16), _mm512_cvtepi32_epi8(q1));
+  const std::int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+  const float mx = dx * static_cast<float>(sum);
+  std::memcpy(e + 32, &dx, 4);
+  std::memcpy(e + 36, &mx, 4);
+  std::memcpy(e + 40, &sum, 4);
+  std::memset(e + 44, 0, 4);
+#else
+  quantize_block_portable(xb, e);
+#endif
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
 /// Quantises positions × cols inputs into the group layout above. requires: cols % 32 == 0.
 inline void quantize_inputs(const float* x, std::size_t x_stride, std::size_t positions, std::size_t cols,
                             std::byte* out) {
@@ -42,27 +97,8 @@ inline void quantize_inputs(const float* x, std::size_t x_stride, std::size_t po
     const std::size_t begin = group_begin(positions, g), count = group_begin(positions, g + 1) - begin;
     for (std::size_t i = 0; i < count; ++i) {
       const float* row = x + (begin + i) * x_stride;
-      for (std::size_t b = 0; b < blocks; ++b) {
-        const float* xb = row + b * quant_block;
-        std::byte* e = out + ((begin * blocks) + b * count + i) * dot_entry_bytes;
-        float amax = 0.0f;
-        for (std::size_t j = 0; j < quant_block; ++j) amax = std::max(amax, std::abs(xb[j]));
-        const float dx = amax / 127.0f;
-        const float inverse = dx != 0.0f ? 1.0f / dx : 0.0f;
-        std::int8_t q[quant_block];
-        std::int32_t sum = 0;
-        for (std::size_t j = 0; j < quant_block; ++j) {
-          const float v = std::clamp(std::nearbyint(xb[j] * inverse), -127.0f, 127.0f);
-          q[j] = static_cast<std::int8_t>(v);
-          sum += q[j];
-        }
-        const float mx = dx * static_cast<float>(sum);
-        std::memcpy(e, q, quant_block);
-        std::memcpy(e + 32, &dx, 4);
-        std::memcpy(e + 36, &mx, 4);
-        std::memcpy(e + 40, &sum, 4);
-        std::memset(e + 44, 0, 4);
-      }
+      for (std::size_t b = 0; b < blocks; ++b)
+        quantize_block(row + b * quant_block, out + ((begin * blocks) + b * count + i) * dot_entry_bytes);
     }
   }
 }
