@@ -1,14 +1,18 @@
 // End-to-end benchmarks on SmolLM2: plain vs speculative decoding over the task set in benchmarks/tasks/,
 // for each draft and draft length, greedy and sampled, plus the cost model's measurements.
 //
-//   BM_Cost/target/w<w>          t_v(w): one target forward of w positions at the tasks' mean context
-//   BM_Cost/draft/<draft>        t_d: one draft step at that context
+//   BM_Cost/<kind>/target/w<w>   t_v(w): one target forward of w positions at the kind's mean decoding context
+//                                (mean prompt + half the new tokens); all widths are sampled in turn, so that
+//                                their ratios do not absorb the machine's drift between them
+//   BM_Cost/<kind>/draft/<draft> t_d: one draft step at that context
 //   BM_E2E/<kind>/<mode>/plain   plain decoding of every task of a kind (the baseline; runs first)
 //   BM_E2E/<kind>/<mode>/<draft>/k<k> and .../adaptive
 //
 // Counters of an E2E run: tokens_per_second, alpha (acceptance), tau (tokens per round), acc<i> (acceptance
-// at draft position i), speedup (vs the plain run of the same kind and mode), predicted (the cost model:
-// S = tau * t_AR / (d * t_d + t_v(w)), d the draft steps and w the verify width per round), identical
+// at draft position i), speedup (vs plain decoding of the same tasks, run right after each task:
+// plain_tokens_per_second), predicted (the cost model, with the kind's costs:
+// S = tau * t_AR / (d * t_d + t_v(w)), d the draft steps per round and t_v(w) averaged over the rounds' verify
+// widths), identical
 // (1 when every task's tokens equal plain decoding's; -1 where only the distribution is the same).
 //
 // Environment: SPECDEC_MODEL (GGUF path), SPECDEC_THREADS (1), SPECDEC_BENCH_TOKENS (128),
@@ -72,9 +76,9 @@ struct Bench {
   std::unique_ptr<llama::LlamaModel> second_draft;
   std::vector<Task> tasks;
   std::size_t max_new_tokens;
-  std::size_t cost_context = 0;        // context length at which costs are measured
-  std::map<std::size_t, double> t_verify;  // width -> seconds
-  std::map<std::string, double> t_draft;   // draft -> seconds per step
+  std::map<std::string, std::size_t> cost_context;                // kind -> context at which costs are measured
+  std::map<std::string, std::map<std::size_t, double>> t_verify;  // kind -> width -> seconds
+  std::map<std::string, std::map<std::string, double>> t_draft;   // kind -> draft -> seconds per step
   std::map<std::string, std::vector<std::vector<Token>>> plain_tokens;  // kind/mode -> per task
   std::map<std::string, double> plain_rate;                             // kind/mode -> tokens/s
 
@@ -97,7 +101,6 @@ struct Bench {
                                                          4096, target.pool());
     }
     const fs::path root = SPECDEC_SOURCE_DIR "/benchmarks/tasks";
-    std::size_t prompt_total = 0;
     for (const std::string kind : {"grounded", "chat", "code"}) {
       std::vector<fs::path> files;
       for (const auto& entry : fs::directory_iterator(root / kind)) files.push_back(entry.path());
@@ -108,10 +111,10 @@ struct Bench {
         text << in.rdbuf();
         const std::string prompt = kind == "code" ? text.str() : llama::Tokenizer::chat_prompt(text.str());
         tasks.push_back({kind, path.stem().string(), tokenizer.encode(prompt)});
-        prompt_total += tasks.back().prompt.size();
+        cost_context[kind] += tasks.back().prompt.size();
       }
+      cost_context[kind] = cost_context[kind] / files.size() + max_new_tokens / 2;
     }
-    cost_context = prompt_total / tasks.size() + max_new_tokens / 2;
   }
 };
 
@@ -148,7 +151,7 @@ template <class F>
 void with_draft(const std::string& name, F&& f) {
   Bench& bench = Bench::get();
   if (name == "ngram" || name.starts_with("ngram:")) {
-    const std::size_t n = name == "ngram" ? 3 : std::stoul(name.substr(6));
+    const std::size_t n = name == "ngram" ? PromptLookupDraft::kDefaultMaxNgram : std::stoul(name.substr(6));
     PromptLookupDraft draft(bench.target.vocab_size(), n, 1);
     f(draft);
   } else if (name.starts_with("early-exit:")) {
@@ -161,20 +164,46 @@ void with_draft(const std::string& name, F&& f) {
   }
 }
 
-void BM_CostTarget(benchmark::State& state, std::size_t width) {
+/// Medians of t_v(w) for w = 1..max_width at the kind's context, the widths sampled in turn.
+void measure_verify_costs(const std::string& kind, std::size_t max_width) {
   Bench& bench = Bench::get();
-  double seconds = 0;
-  for (auto _ : state) {
-    seconds = median_forward_seconds(bench.target, bench.cost_context, width, [] {});
-    state.SetIterationTime(seconds);
+  const auto repeats = std::stoul(env("SPECDEC_BENCH_REPEATS", "15"));
+  std::vector<Token> filler;
+  for (const auto& task : bench.tasks) filler.insert(filler.end(), task.prompt.begin(), task.prompt.end());
+  const std::size_t context = bench.cost_context.at(kind);
+  filler.resize(context + max_width, 198);
+  auto& model = bench.target;
+  model.truncate(0);
+  model.forward(std::span<const Token>(filler.data(), context));
+  std::vector<std::vector<double>> samples(max_width + 1);
+  for (std::size_t r = 0; r < repeats; ++r)
+    for (std::size_t w = 1; w <= max_width; ++w) {
+      const auto start = detail::Clock::now();
+      benchmark::DoNotOptimize(model.forward(std::span<const Token>(filler.data() + context, w)).data());
+      samples[w].push_back(detail::seconds_since(start));
+      model.truncate(context);
+    }
+  model.truncate(0);
+  for (std::size_t w = 1; w <= max_width; ++w) {
+    auto& v = samples[w];
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    bench.t_verify[kind][w] = v[v.size() / 2];
   }
-  bench.t_verify[width] = seconds;
-  state.counters["seconds"] = seconds;
-  state.counters["width"] = static_cast<double>(width);
-  state.counters["context"] = static_cast<double>(bench.cost_context);
 }
 
-void BM_CostDraft(benchmark::State& state, const std::string& name) {
+void BM_CostTarget(benchmark::State& state, const std::string& kind, std::size_t width, std::size_t max_width) {
+  Bench& bench = Bench::get();
+  for (auto _ : state) {
+    if (width == 1) measure_verify_costs(kind, max_width);
+    state.SetIterationTime(bench.t_verify.at(kind).at(width));
+  }
+  const double seconds = bench.t_verify.at(kind).at(width);
+  state.counters["seconds"] = seconds;
+  state.counters["width"] = static_cast<double>(width);
+  state.counters["context"] = static_cast<double>(bench.cost_context.at(kind));
+}
+
+void BM_CostDraft(benchmark::State& state, const std::string& kind, const std::string& name) {
   Bench& bench = Bench::get();
   double seconds = 0;
   for (auto _ : state) {
@@ -183,12 +212,14 @@ void BM_CostDraft(benchmark::State& state, const std::string& name) {
       bench.target.forward(one);
       bench.target.truncate(0);
     };
-    with_draft(name, [&](auto& draft) { seconds = median_forward_seconds(draft, bench.cost_context, 1, target_step); });
+    with_draft(name, [&](auto& draft) {
+      seconds = median_forward_seconds(draft, bench.cost_context.at(kind), 1, target_step);
+    });
     state.SetIterationTime(seconds);
   }
-  bench.t_draft[name] = seconds;
+  bench.t_draft[kind][name] = seconds;
   state.counters["seconds"] = seconds;
-  state.counters["c"] = seconds / bench.t_verify.at(1);
+  state.counters["c"] = seconds / bench.t_verify.at(kind).at(1);
 }
 
 /// Read bandwidth of one thread: the best of a few passes summing a 512 MiB buffer.
@@ -211,7 +242,7 @@ void BM_CostBandwidth(benchmark::State& state) {
 struct Totals {
   std::size_t tokens = 0, rounds = 0, drafted = 0, accepted = 0, draft_steps = 0;
   double seconds = 0;
-  std::vector<std::size_t> drafted_at, accepted_at;
+  std::vector<std::size_t> drafted_at, accepted_at, verify_widths;
   std::vector<std::vector<Token>> outputs;
 
   void add(const Generation& g, std::size_t prompt_draft_calls) {
@@ -229,22 +260,33 @@ struct Totals {
       accepted_at[i] += s.accepted_at[i];
     }
     outputs.push_back(g.tokens);
+    verify_widths.insert(verify_widths.end(), s.verify_widths.begin(), s.verify_widths.end());
   }
   double rate() const { return seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0; }
 };
 
-/// Runs every task of `kind` through `generate(prompt, options)`.
+/// Plain decoding of one prompt in the given mode.
+Generation generate_plain(const std::string& mode, std::span<const Token> prompt, const GenerateOptions& options) {
+  Bench& bench = Bench::get();
+  return mode == "sampled" ? generate_autoregressive(bench.target, RejectionSampling{sampled_params()}, prompt, options)
+                           : generate_autoregressive(bench.target, Greedy{}, prompt, options);
+}
+
+/// Runs every task of `kind` through `generate(prompt, options)`. With `paired`, each task is also decoded
+/// plainly right after, into *paired: a baseline taken at the same moments, which the machine's drift over the
+/// minutes a full run takes cannot skew against the speculative run.
 template <class Generate>
-Totals run_tasks(const std::string& kind, bool sampled, Generate&& generate) {
+Totals run_tasks(const std::string& kind, const std::string& mode, Generate&& generate, Totals* paired = nullptr) {
   Bench& bench = Bench::get();
   Totals totals;
   std::uint64_t seed = 0;
   for (const auto& task : bench.tasks) {
     if (task.kind != kind) continue;
     const GenerateOptions options{.max_new_tokens = bench.max_new_tokens, .stop_tokens = bench.tokenizer.stop_tokens(),
-                                  .seed = sampled ? ++seed : 0};
+                                  .seed = mode == "sampled" ? ++seed : 0};
     const auto g = generate(task.prompt, options);
     totals.add(g, g.stats.prompt_tokens > 1 && g.stats.draft_forward_calls > 0 ? 1 : 0);
+    if (paired) paired->add(generate_plain(mode, task.prompt, options), 0);
   }
   return totals;
 }
@@ -256,9 +298,8 @@ void BM_Plain(benchmark::State& state, const std::string& kind, const std::strin
   for (auto _ : state) {
     std::vector<Totals> runs;
     for (int repeat = 0; repeat < 3; ++repeat)
-      runs.push_back(run_tasks(kind, mode == "sampled", [&](std::span<const Token> prompt, const GenerateOptions& options) {
-        return mode == "sampled" ? generate_autoregressive(bench.target, RejectionSampling{sampled_params()}, prompt, options)
-                                 : generate_autoregressive(bench.target, Greedy{}, prompt, options);
+      runs.push_back(run_tasks(kind, mode, [&](std::span<const Token> prompt, const GenerateOptions& options) {
+        return generate_plain(mode, prompt, options);
       }));
     std::sort(runs.begin(), runs.end(), [](const Totals& a, const Totals& b) { return a.rate() < b.rate(); });
     totals = runs[1];
@@ -271,9 +312,9 @@ void BM_Plain(benchmark::State& state, const std::string& kind, const std::strin
   state.SetItemsProcessed(static_cast<std::int64_t>(totals.tokens));
 }
 
-/// Linear interpolation of the measured t_v(w) at a fractional width.
-double verify_seconds(double width) {
-  const auto& t = Bench::get().t_verify;
+/// The kind's measured t_v(w) (linear interpolation at a fractional width).
+double verify_seconds(const std::string& kind, double width) {
+  const auto& t = Bench::get().t_verify.at(kind);
   const auto lo = static_cast<std::size_t>(std::clamp(std::floor(width), 1.0, static_cast<double>(t.rbegin()->first)));
   const std::size_t hi = std::min(lo + 1, t.rbegin()->first);
   const double f = std::clamp(width - static_cast<double>(lo), 0.0, 1.0);
@@ -283,15 +324,15 @@ double verify_seconds(double width) {
 void BM_Speculative(benchmark::State& state, const std::string& kind, const std::string& mode, const std::string& draft_name,
                     std::size_t k, bool adaptive) {
   Bench& bench = Bench::get();
-  Totals totals;
+  Totals totals, plain;
   for (auto _ : state) {
     with_draft(draft_name, [&](auto& draft) {
       const auto go = [&](auto acceptance, auto length_policy) {
         SpeculativeDecoder decoder(draft, bench.target, acceptance, length_policy);
-        return run_tasks(kind, mode == "sampled", [&](std::span<const Token> prompt, GenerateOptions options) {
+        return run_tasks(kind, mode, [&](std::span<const Token> prompt, GenerateOptions options) {
           options.draft_length = k;
           return decoder.generate(prompt, options);
-        });
+        }, &plain);
       };
       if (mode == "sampled")
         totals = adaptive ? go(RejectionSampling{sampled_params()}, AdaptiveDraftLength{}) : go(RejectionSampling{sampled_params()}, FixedDraftLength{});
@@ -305,16 +346,21 @@ void BM_Speculative(benchmark::State& state, const std::string& kind, const std:
   const double tau = static_cast<double>(totals.tokens) / rounds;
   const double steps = static_cast<double>(totals.draft_steps) / rounds;
   const double width = 1.0 + static_cast<double>(totals.drafted) / rounds;
-  const double t_ar = bench.t_verify.at(1);
-  const double predicted = tau * t_ar / (steps * bench.t_draft.at(draft_name) + verify_seconds(width));
+  const double t_ar = bench.t_verify.at(kind).at(1), t_d = bench.t_draft.at(kind).at(draft_name);
+  // Mean verify cost over the rounds as they were (t_v is not linear in w, so not t_v of the mean width).
+  double verify = 0.0;
+  for (std::size_t w : totals.verify_widths) verify += verify_seconds(kind, static_cast<double>(w));
+  verify /= rounds;
+  const double predicted = tau * t_ar / (steps * t_d + verify);
   state.counters["tokens_per_second"] = totals.rate();
   state.counters["alpha"] = totals.drafted ? static_cast<double>(totals.accepted) / static_cast<double>(totals.drafted) : 0.0;
   state.counters["tau"] = tau;
   state.counters["draft_steps_per_round"] = steps;
   state.counters["verify_width"] = width;
-  state.counters["speedup"] = totals.rate() / bench.plain_rate.at(key);
+  state.counters["speedup"] = totals.rate() / plain.rate();
+  state.counters["plain_tokens_per_second"] = plain.rate();
   state.counters["predicted"] = predicted;
-  state.counters["c"] = bench.t_draft.at(draft_name) / t_ar;
+  state.counters["c"] = t_d / t_ar;
   state.counters["identical"] = mode == "sampled" ? -1.0 : (totals.outputs == bench.plain_tokens.at(key) ? 1.0 : 0.0);
   for (std::size_t i = 0; i < totals.drafted_at.size(); ++i)
     state.counters["acc" + std::to_string(i + 1)] =
@@ -332,9 +378,6 @@ int register_all() {
   const std::size_t max_k = *std::max_element(ks.begin(), ks.end());
 
   benchmark::RegisterBenchmark("BM_Cost/bandwidth", BM_CostBandwidth)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
-  for (std::size_t w = 1; w <= max_k + 1; ++w)
-    benchmark::RegisterBenchmark(("BM_Cost/target/w" + std::to_string(w)).c_str(), BM_CostTarget, w)
-        ->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
   // A draft may name its own k list after '@', with '+' between values: "early-exit:6@1+2+4".
   const auto ks_of = [&](std::string& draft) {
     const auto at = draft.find('@');
@@ -349,10 +392,18 @@ int register_all() {
   for (auto d : drafts) {
     auto own = ks_of(d);
     plan.emplace_back(d, own);
-    benchmark::RegisterBenchmark(("BM_Cost/draft/" + d).c_str(), BM_CostDraft, d)
-        ->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
   }
-  for (const auto& kind : split(env("SPECDEC_BENCH_KINDS", "grounded,chat,code")))
+  const auto kinds = split(env("SPECDEC_BENCH_KINDS", "grounded,chat,code"));
+  for (const auto& kind : kinds) {
+    for (std::size_t w = 1; w <= max_k + 1; ++w)
+      benchmark::RegisterBenchmark(("BM_Cost/" + kind + "/target/w" + std::to_string(w)).c_str(), BM_CostTarget, kind, w,
+                                   max_k + 1)
+          ->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+    for (const auto& [d, draft_ks] : plan)
+      benchmark::RegisterBenchmark(("BM_Cost/" + kind + "/draft/" + d).c_str(), BM_CostDraft, kind, d)
+          ->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+  }
+  for (const auto& kind : kinds)
     for (const auto& mode : split(env("SPECDEC_BENCH_MODES", "greedy,sampled"))) {
       const std::string prefix = "BM_E2E/" + kind + "/" + mode + "/";
       benchmark::RegisterBenchmark((prefix + "plain").c_str(), BM_Plain, kind, mode)

@@ -120,7 +120,7 @@ void BM_MemoryBandwidth(benchmark::State& state) {
 double minimum(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
 
 void positions(benchmark::internal::Benchmark* b) {
-  for (int n : {1, 2, 4, 5, 8, 9, 16}) b->Arg(n);
+  for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16}) b->Arg(n);
   b->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", minimum);
 }
 

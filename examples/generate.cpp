@@ -27,7 +27,8 @@ constexpr const char* kUsage = R"(usage: specdec-generate [options]
   --model PATH              GGUF model (default models/SmolLM2-135M-Instruct.Q4_1.gguf)
   --prompt TEXT             the prompt (default "The capital of France is")
   --chat                    wrap the prompt in the model's chat template
-  --draft KIND              none | ngram[:N] | early-exit:L | PATH of a second GGUF (default ngram)
+  --draft KIND              none | ngram[:N] (N-gram prompt lookup, N up to 16, default 5) | early-exit:L |
+                            PATH of a second GGUF (default ngram)
   --k N                     draft length (default 4; with --adaptive, the largest allowed, default 8)
   --adaptive                choose the draft length each round (AdaptiveDraftLength)
   --max-tokens N            new tokens at most (default 128)
@@ -129,7 +130,7 @@ Args parse_args(int argc, char** argv) {
 /// What the user asked for with --draft.
 struct DraftSpec {
   enum class Kind { none, ngram, early_exit, model } kind = Kind::ngram;
-  std::size_t n = 3;       // ngram: longest n-gram; early-exit: layers
+  std::size_t n = PromptLookupDraft::kDefaultMaxNgram;  // ngram: longest n-gram; early-exit: layers
   std::string path;        // model
 };
 

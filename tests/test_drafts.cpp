@@ -1,5 +1,6 @@
 // PromptLookupDraft and the draft-length policies.
 #include <catch2/catch.hpp>
+#include <random>
 
 #include <specdec/specdec.hpp>
 
@@ -40,6 +41,58 @@ TEST_CASE("prompt lookup speeds up a repetitive continuation and keeps greedy ou
   CHECK(fast.tokens == plain.tokens);
   // A window-2 greedy model falls into a cycle, which lookup predicts perfectly.
   CHECK(fast.stats.rounds < plain.stats.rounds / 2);
+}
+
+TEST_CASE("prompt lookup's round budget follows the length of the match behind its proposal", "[drafts]") {
+  PromptLookupDraft draft(20);  // default budgets: 2 after a 1-token match, 4 after a 2-token match
+  draft.forward(std::vector<Token>{7, 1, 9, 1});  // "1" matched, followed by 9
+  CHECK(draft.match_length() == 1);
+  CHECK(draft.draft_budget() == 2);
+  draft.truncate(0);
+  draft.forward(std::vector<Token>{7, 1, 9, 6, 1, 9});  // "1 9" matched
+  CHECK(draft.match_length() == 2);
+  CHECK(draft.draft_budget() == 4);
+  draft.truncate(0);
+  draft.forward(std::vector<Token>{5, 7, 1, 9, 6, 5, 7, 1, 9});  // a 4-token match: no cap
+  CHECK(draft.match_length() == 4);
+  CHECK(draft.draft_budget() == std::numeric_limits<std::size_t>::max());
+  draft.truncate(0);
+  draft.forward(std::vector<Token>{1, 2, 3});
+  CHECK(draft.draft_budget() == 0);  // no match
+  PromptLookupDraft custom(20, 3, 1, {1, 0});
+  custom.forward(std::vector<Token>{7, 1, 9, 6, 1, 9});
+  CHECK(custom.draft_budget() == 0);
+}
+
+namespace {
+/// Proposes what a perfect draft would, but advises a fixed budget per round.
+struct BudgetedDraft {
+  ToyModel model;
+  std::size_t budget;
+  std::size_t vocab_size() const { return model.vocab_size(); }
+  std::size_t context_size() const { return model.context_size(); }
+  const Logits& forward(std::span<const Token> t) { return model.forward(t); }
+  void truncate(std::size_t n) { model.truncate(n); }
+  std::size_t draft_budget() const { return budget; }
+};
+static_assert(HasDraftBudget<BudgetedDraft>);
+}  // namespace
+
+TEST_CASE("the decoder drafts no more per round than the draft's budget, and output stays exact", "[drafts]") {
+  const ToyModelConfig cfg{.vocab = 12, .window = 3, .seed = 9, .scale = 3.0f};
+  ToyModel target(cfg);
+  const std::vector<Token> prompt{1, 2, 3};
+  const GenerateOptions options{.max_new_tokens = 60, .draft_length = 6};
+  const auto plain = generate_autoregressive(target, Greedy{}, prompt, options);
+  for (std::size_t budget : {0u, 1u, 3u, 100u}) {
+    BudgetedDraft draft{ToyModel(cfg), budget};
+    const auto fast = SpeculativeDecoder(draft, target).generate(prompt, options);
+    CHECK(fast.tokens == plain.tokens);
+    CHECK(fast.stats.drafted_tokens <= fast.stats.rounds * std::min<std::size_t>(budget, 6));
+    if (budget > 0) CHECK(fast.stats.drafted_tokens > 0);
+    // A perfect draft: every proposal is accepted, so rounds = ceil(60 / (min(budget, 6) + 1)).
+    CHECK(fast.stats.rounds == (60 + std::min<std::size_t>(budget, 6)) / (std::min<std::size_t>(budget, 6) + 1));
+  }
 }
 
 TEST_CASE("prompt lookup rejects bad settings and tokens", "[drafts][errors]") {
@@ -114,4 +167,24 @@ TEST_CASE("greedy output with an adaptive draft length equals plain greedy outpu
     CHECK(b.tokens == plain.tokens);
     CHECK(a.stats.draft_lengths.size() == a.stats.rounds);
   }
+}
+
+TEST_CASE("adaptive draft length learns how often a draft stops itself, and drafts long when that is cheap",
+          "[draft_length]") {
+  // Half the rounds the draft has a strong guess (all k accepted); the other half a weak one, and it stops
+  // after one proposal, which is rejected. Expected rate (1 + k/2) / (1.125 + 0.125 k) grows with k.
+  AdaptiveDraftLength policy;
+  const GenerateOptions options{.draft_length = 8};
+  std::mt19937 rng(3);
+  for (int round = 0; round < 2000; ++round) {
+    const std::size_t k = policy.next(options);
+    const bool strong = rng() % 2 == 0;
+    const std::size_t drafted = strong ? k : std::min<std::size_t>(k, 1);
+    policy.observe({.requested = k, .drafted = drafted, .accepted = strong ? k : 0,
+                    .draft_steps = drafted + (drafted < k), .draft_seconds = 0.0, .verify_width = drafted + 1,
+                    .verify_seconds = 1.0 + 0.25 * static_cast<double>(drafted)});
+  }
+  CHECK(policy.continues(0) == Approx(1.0));
+  CHECK(policy.continues(1) == Approx(0.5).margin(0.25));
+  CHECK(policy.current() >= 6);
 }

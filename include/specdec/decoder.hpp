@@ -72,6 +72,7 @@ class SpeculativeDecoder {
       const double before = stats.target_seconds;
       const Logits& logits = target_.forward(feed, stats.target_seconds, stats.target_forward_calls);
       report.verify_width = feed.size();
+      stats.verify_widths.push_back(feed.size());
       report.verify_seconds = stats.target_seconds - before;
       const auto first_row = static_cast<Eigen::Index>(n - 1 - held);
       const auto row = [&](std::size_t i) {
@@ -126,7 +127,8 @@ class SpeculativeDecoder {
   }
 
   /// Lets the draft propose up to k tokens after `sequence`, one forward call each. Drafting ends early when
-  /// the draft's row is flat (no preference) or its top probability is below options.draft_p_min.
+  /// the draft's row is flat (no preference), its top probability is below options.draft_p_min, or the draft's
+  /// budget (HasDraftBudget) is spent.
   void draft(std::span<const Token> sequence, std::size_t k, const GenerateOptions& options,
              typename Acceptance::Session& session, std::vector<Token>& drafts, RoundReport& report, DecodeStats& stats) {
     drafts.clear();
@@ -142,6 +144,10 @@ class SpeculativeDecoder {
       const std::span<const float> row(logits.row(last).data(), static_cast<std::size_t>(logits.cols()));
       if (logits.row(last).maxCoeff() == logits.row(last).minCoeff()) break;
       if (options.draft_p_min > 0.0f && top_probability(row) < options.draft_p_min) break;
+      if constexpr (HasDraftBudget<Draft>) {
+        if (i == 0) k = std::min<std::size_t>(k, draft_.model().draft_budget());
+        if (i >= k) break;
+      }
       drafts.push_back(session.propose(row, i, n + i));
       feed.assign(1, drafts.back());
     }
@@ -187,6 +193,7 @@ Generation generate_autoregressive(Target& target, Acceptance acceptance, std::s
       const Logits& logits = model.forward(std::span<const Token>(&last, 1), stats.target_seconds, stats.target_forward_calls);
       ++stats.rounds;
       stats.draft_lengths.push_back(0);
+      stats.verify_widths.push_back(1);
       done = emitter.emit(session.sample(std::span<const float>(logits.row(0).data(), vocab), sequence.size()));
     }
   }

@@ -61,7 +61,14 @@ class AdaptiveDraftLength {
     for (std::size_t k = 1; k <= max_k; ++k)
       if (const double r = rate(k); r > best_rate) best = k, best_rate = r;
     if (current_ > max_k || best_rate > rate(current_) * (1.0 + hysteresis)) current_ = best;
-    if (current_ > 0) wait_ = 0;
+    if (current_ > 0) {
+      wait_ = 0;
+      // Now and then one position more than the best so far: what lies beyond k is only learned by drafting it.
+      if (current_ < max_k && ++rounds_since_longer_ >= probe_interval) {
+        rounds_since_longer_ = 0;
+        return current_ + 1;
+      }
+    }
     if (current_ == 0 && ++rounds_at_zero_ >= (wait_ = wait_ ? wait_ : probe_interval)) {
       rounds_at_zero_ = 0;
       wait_ = std::min(2 * wait_, max_probe_interval);
@@ -82,19 +89,44 @@ class AdaptiveDraftLength {
       bool known = slot >= 0.0;
       update(slot, report.verify_seconds, known);
     }
+    // The draft's own limit L (a flat row, draft_p_min, its budget): it proposed `drafted` tokens, and when
+    // that is below the request, L = drafted; otherwise L >= requested (censored). P(L > j) is learned for the
+    // j the round could see.
+    const std::size_t seen = std::min(report.requested, report.drafted + 1);
+    if (continues_.size() < seen) continues_.resize(seen, 1.0);
+    for (std::size_t j = 0; j < seen; ++j) continues_[j] += smoothing * ((report.drafted > j ? 1.0 : 0.0) - continues_[j]);
     // Position i was reached when the first i proposals were accepted and an i-th proposal was made.
     const std::size_t reached = std::min(report.drafted, report.accepted + 1);
-    if (alpha_.size() < reached) alpha_.resize(reached, 0.5);
+    if (alpha_.size() < reached) alpha_.resize(reached, 1.0);  // optimistic until observed: explores longer drafts
     for (std::size_t i = 0; i < reached; ++i)
       alpha_[i] += smoothing * ((i < report.accepted ? 1.0 : 0.0) - alpha_[i]);
   }
 
-  /// Predicted tokens per second at draft length k (0 when nothing is known yet).
+  /// Predicted tokens per second at draft length k (0 when nothing is known yet). A round asked for k drafts
+  /// min(k, L) tokens, L the draft's own limit: expected tokens 1 + Σ_{j<k} P(L > j)·Π_{i<=j} α_i, and the cost
+  /// of each width min(k, L) + 1 weighted by its probability (a draft that stops itself on weak guesses makes a
+  /// large k cheap).
   double rate(std::size_t k) const {
-    double expected = 1.0, run = 1.0;
-    for (std::size_t i = 0; i < k; ++i) expected += (run *= alpha(i));
-    const double cost = static_cast<double>(k) * (have_t_draft_ ? t_draft_ : 0.0) + verify_cost(k + 1);
+    double expected = 1.0, run = 1.0, cost = 0.0, steps = 0.0;
+    for (std::size_t j = 0; j < k; ++j) {
+      const double stops_here = continues(j == 0 ? 0 : j - 1, j == 0) - continues(j, false);  // P(L = j)
+      cost += stops_here * verify_cost(j + 1);
+      steps += stops_here * static_cast<double>(j + 1);  // j proposals and the step that declined
+      expected += continues(j, false) * (run *= alpha(j));
+    }
+    const double full = continues(k == 0 ? 0 : k - 1, k == 0);  // P(L >= k)
+    cost += full * verify_cost(k + 1);
+    steps += full * static_cast<double>(k);
+    cost += steps * (have_t_draft_ ? t_draft_ : 0.0);
     return cost > 0.0 ? expected / cost : 0.0;
+  }
+  /// The current estimate of P(L > j), the draft proposing more than j tokens when asked for more.
+  /// (Non-increasing in j: the running minimum of the per-j averages.)
+  double continues(std::size_t j, bool none = false) const {
+    double p = 1.0;
+    if (none) return p;
+    for (std::size_t i = 0; i <= j && i < continues_.size(); ++i) p = std::min(p, continues_[i]);
+    return p;
   }
   /// The current estimate of acceptance at draft position i.
   double alpha(std::size_t i) const { return i < alpha_.size() ? alpha_[i] : (alpha_.empty() ? 0.5 : alpha_.back()); }
@@ -125,6 +157,7 @@ class AdaptiveDraftLength {
   }
 
   std::vector<double> alpha_;     // [draft position]
+  std::vector<double> continues_;  // [j]: P(L > j), see observe()
   std::vector<double> t_verify_;  // [width - 1]: seconds, -1 = not measured
   double t_draft_ = 0.0;          // seconds per draft step
   bool have_t_draft_ = false;
@@ -132,6 +165,7 @@ class AdaptiveDraftLength {
   std::size_t current_ = 0;
   std::size_t rounds_at_zero_ = 0;
   std::size_t wait_ = 0;  // rounds at k = 0 before the next probe (0: not waiting yet)
+  std::size_t rounds_since_longer_ = 0;  // rounds at k > 0 since one was drafted one position longer
 };
 
 static_assert(DraftLengthPolicy<FixedDraftLength>);

@@ -24,4 +24,13 @@ concept Model = requires(M& m, const M& cm, std::span<const Token> t, std::size_
   m.truncate(n);
 };
 
+/// Optional for a draft: how many tokens, at most, it advises proposing from its current state (asked once per
+/// round, right after the forward call that gave the round's first proposal). A draft that knows when it is
+/// guessing (a prompt-lookup match of one token) can keep the round short there and long where it is sure.
+/// 0 ends the round's drafting. Only speed depends on it, never the output.
+template <class M>
+concept HasDraftBudget = requires(const M& cm) {
+  { cm.draft_budget() } -> std::convertible_to<std::size_t>;
+};
+
 }  // namespace specdec

@@ -3,9 +3,12 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
+#include <limits>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "specdec/error.hpp"
@@ -18,13 +21,24 @@ namespace specdec {
 /// (0 for the proposal, -1e30 elsewhere: finite, and exactly one-hot after any temperature); with no match the
 /// row is flat (all zeros), which ends the round's drafting. Strong on input-grounded tasks (summaries, edits,
 /// extraction), where the output repeats spans of the prompt.
+///
+/// draft_budget() (see HasDraftBudget) caps a round by the length of the match behind its first proposal:
+/// `budget[n - 1]` tokens for an n-token match, unlimited past the table. A one-token match is a guess and a
+/// long one is usually a copied span: on the benchmark tasks the first proposal of a 1-token match was
+/// accepted far less often than that of a 3-token match, so short rounds there and long ones elsewhere beat
+/// every fixed k (see bench/report.md).
 class PromptLookupDraft {
  public:
   static constexpr float kMissing = -1e30f;
 
-  /// requires: vocab > 0, 1 <= min_ngram <= max_ngram.
-  explicit PromptLookupDraft(std::size_t vocab, std::size_t max_ngram = 3, std::size_t min_ngram = 1)
-      : vocab_(vocab), max_ngram_(max_ngram), min_ngram_(min_ngram) {
+  /// Default round budgets by match length: 2 tokens after a 1-token match, 4 after a 2-token match.
+  static constexpr std::array<std::size_t, 2> kDefaultBudget = {2, 4};
+  static constexpr std::size_t kDefaultMaxNgram = 5;
+
+  /// requires: vocab > 0, 1 <= min_ngram <= max_ngram. `budget`: see draft_budget(); empty = no cap.
+  explicit PromptLookupDraft(std::size_t vocab, std::size_t max_ngram = kDefaultMaxNgram, std::size_t min_ngram = 1,
+                             std::vector<std::size_t> budget = {kDefaultBudget.begin(), kDefaultBudget.end()})
+      : vocab_(vocab), max_ngram_(max_ngram), min_ngram_(min_ngram), budget_(std::move(budget)) {
     if (vocab == 0) detail::fail("prompt lookup draft needs a vocabulary of at least 1 token, got 0");
     if (min_ngram == 0 || min_ngram > max_ngram)
       detail::fail("prompt lookup n-gram sizes need 1 <= min <= max, got min ", min_ngram, ", max ", max_ngram);
@@ -34,6 +48,14 @@ class PromptLookupDraft {
   std::size_t context_size() const { return context_.size(); }
   std::size_t max_ngram() const { return max_ngram_; }
   std::size_t min_ngram() const { return min_ngram_; }
+  /// Length of the match behind the last proposal (0: the last row was flat).
+  std::size_t match_length() const { return match_length_; }
+
+  /// Tokens a round should draft at most, given the match behind the current proposal.
+  std::size_t draft_budget() const {
+    if (match_length_ == 0) return 0;
+    return match_length_ <= budget_.size() ? budget_[match_length_ - 1] : std::numeric_limits<std::size_t>::max();
+  }
 
   /// Appends tokens; row j of the result is the proposal after the context up to and including tokens[j].
   const Logits& forward(std::span<const Token> tokens) {
@@ -41,7 +63,9 @@ class PromptLookupDraft {
     for (std::size_t j = 0; j < tokens.size(); ++j) {
       append_checked(tokens[j]);
       auto row = logits_.row(static_cast<Eigen::Index>(j));
-      if (const auto next = lookup()) {
+      const auto [next, n] = lookup_match();
+      match_length_ = n;
+      if (next) {
         row.setConstant(kMissing);
         row(*next) = 0.0f;
       } else {
@@ -54,22 +78,29 @@ class PromptLookupDraft {
   /// Appends tokens without computing logits (prompt processing).
   void append(std::span<const Token> tokens) {
     for (Token t : tokens) append_checked(t);
+    match_length_ = 0;
   }
 
-  void truncate(std::size_t n) { context_.resize(std::min(n, context_.size())); }
+  void truncate(std::size_t n) {
+    if (n < context_.size()) match_length_ = 0;
+    context_.resize(std::min(n, context_.size()));
+  }
 
   /// The proposal after the current context, if any n-gram matches.
-  std::optional<Token> lookup() const {
+  std::optional<Token> lookup() const { return lookup_match().first; }
+
+  /// The proposal and the length of the n-gram it matched (0 when none did).
+  std::pair<std::optional<Token>, std::size_t> lookup_match() const {
     const std::size_t length = context_.size();
     for (std::size_t n = std::min(max_ngram_, length > 0 ? length - 1 : 0); n >= min_ngram_; --n) {
       const auto pattern = context_.end() - static_cast<std::ptrdiff_t>(n);
       // Most recent earlier occurrence: start positions from the right, each followed by at least one token.
       for (std::size_t start = length - n; start-- > 0;) {
         if (std::equal(pattern, context_.end(), context_.begin() + static_cast<std::ptrdiff_t>(start)))
-          return context_[start + n];
+          return {context_[start + n], n};
       }
     }
-    return std::nullopt;
+    return {std::nullopt, 0};
   }
 
  private:
@@ -82,6 +113,8 @@ class PromptLookupDraft {
   std::size_t vocab_;
   std::size_t max_ngram_;
   std::size_t min_ngram_;
+  std::vector<std::size_t> budget_;  // [match length - 1]: round budget
+  std::size_t match_length_ = 0;
   std::vector<Token> context_;  // [tokens held]
   Logits logits_;               // [positions of the last call, vocab]
 };
