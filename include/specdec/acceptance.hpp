@@ -123,37 +123,31 @@ struct CoupledSampling {
     Token choose(std::span<const float> row, std::uint64_t position) {
       if (params_.temperature == 0.0f) return argmax(row);
       transform_logits(row, params_, probs_);
-      exponential_noise(position, probs_.size(), noise_);
+      const auto key = rng_.block(position, RandomStream::gumbel, 0);
+      const std::uint64_t start = (std::uint64_t{key[0]} << 32) | key[1];
       Token best = 0;
       double best_score = std::numeric_limits<double>::infinity();
       for (std::size_t i = 0; i < probs_.size(); ++i) {
-        if (probs_[i] <= 0.0) continue;
-        const double score = noise_[static_cast<Eigen::Index>(i)] / probs_[i];  // argmin E/p == argmax log p + Gumbel
+        if (probs_[i] <= 0.0) continue;  // noise only where it can matter: top-k/top-p leave few tokens
+        const double score = exponential_noise(start, i) / probs_[i];  // argmin E/p == argmax log p + Gumbel
         if (score < best_score) best_score = score, best = static_cast<Token>(i);
       }
       return best;
     }
 
-    /// E(i) = -log u(i), u(i) in (0, 1) from SplitMix64 (a counter-based generator: output i is a mix of
-    /// start + (i+1) * golden ratio) started at a state drawn by Philox from (seed, position).
-    void exponential_noise(std::uint64_t position, std::size_t n, Eigen::ArrayXf& out) const {
-      const auto key = rng_.block(position, RandomStream::gumbel, 0);
-      const std::uint64_t start = (std::uint64_t{key[0]} << 32) | key[1];
-      out.resize(static_cast<Eigen::Index>(n));
-      for (std::size_t i = 0; i < n; ++i) {
-        std::uint64_t z = start + (i + 1) * 0x9E3779B97F4A7C15ull;
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        z ^= z >> 31;
-        out[static_cast<Eigen::Index>(i)] = (static_cast<float>(z >> 40) + 0.5f) * 0x1.0p-24f;
-      }
-      out = -out.log();
+    /// The Exp(1) deviate of token i at the position whose key gave `start`: SplitMix64 of (start, i), 24 bits
+    /// to a uniform in (0, 1), then −log. A pure function of (seed, position, token), whoever asks.
+    static float exponential_noise(std::uint64_t start, std::size_t i) {
+      std::uint64_t z = start + (i + 1) * 0x9E3779B97F4A7C15ull;
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      z ^= z >> 31;
+      return -std::log((static_cast<float>(z >> 40) + 0.5f) * 0x1.0p-24f);
     }
 
     SamplingParams params_;
     CounterRng rng_;
     std::vector<double> probs_;  // [vocab]
-    Eigen::ArrayXf noise_;       // [vocab]: Exp(1) deviates of this position
   };
 };
 

@@ -10,7 +10,6 @@
 #include <functional>
 #include <cstddef>
 #include <limits>
-#include <numeric>
 #include <span>
 #include <vector>
 
@@ -50,20 +49,14 @@ inline double top_probability(std::span<const float> row) {
 
 namespace detail {
 
-/// Keeps the smallest set of most probable entries of `probs` (a distribution) whose mass reaches top_p, by
-/// weighted quickselect in expected O(n); order: higher probability first, lower index first on a tie.
-/// Zeroes the rest and returns the kept mass.
+/// Keeps the smallest set of most probable candidates (`order`: indices into `probs`, a distribution) whose mass
+/// reaches top_p, by weighted quickselect in expected O(candidates); rank: higher probability first, lower index
+/// first on a tie. Zeroes the rest, leaves the kept indices in `order` and returns their mass.
 /// A kept entry i has mass(entries ranked at or after i) > 1 - top_p, all of them <= p_i, so n * p_i > 1 - top_p:
-/// entries at or below (1 - top_p) / n are dropped before the selection.
-inline double keep_top_p(std::vector<double>& probs, double top_p) {
-  const double floor = (1.0 - top_p) / static_cast<double>(probs.size());
-  std::vector<std::uint32_t> order;
-  for (std::size_t i = 0; i < probs.size(); ++i) {
-    if (probs[i] > floor) order.push_back(static_cast<std::uint32_t>(i));
-    else probs[i] = 0.0;
-  }
+/// entries at or below (1 - top_p) / n need not be candidates.
+inline double keep_top_p(std::vector<double>& probs, std::vector<std::uint32_t>& order, double top_p) {
   const auto more_probable = [&](std::uint32_t a, std::uint32_t b) { return probs[a] > probs[b] || (probs[a] == probs[b] && a < b); };
-  // Invariant: the top `lo` entries hold mass `below` < top_p; the top `hi` entries reach top_p (or hi = all).
+  // Invariant: order[0, lo) are all more probable than order[lo, ...) and hold mass `below` < top_p.
   std::size_t lo = 0, hi = order.size();
   double below = 0.0;
   while (hi - lo > 1) {
@@ -79,10 +72,11 @@ inline double keep_top_p(std::vector<double>& probs, double top_p) {
       below = mass;
     }
   }
-  // Entries [0, hi) are the kept set (unordered within); everything after is dropped.
+  // The top `hi` candidates are the smallest prefix whose mass reaches top_p (or all of them).
   for (std::size_t i = hi; i < order.size(); ++i) probs[order[i]] = 0.0;
+  order.resize(hi);
   double kept = 0.0;
-  for (std::size_t i = 0; i < hi; ++i) kept += probs[order[i]];
+  for (std::uint32_t i : order) kept += probs[i];
   return kept;
 }
 
@@ -101,25 +95,54 @@ inline void transform_logits(std::span<const float> row, const SamplingParams& p
     return;
   }
   const Eigen::Map<const Eigen::ArrayXf> logits(row.data(), static_cast<Eigen::Index>(n));
-  Eigen::ArrayXf weights = ((logits - logits.maxCoeff()) * (1.0f / params.temperature)).exp();  // [vocab]
+  thread_local Eigen::ArrayXf weights;  // [vocab], reused: no allocation per row
+  weights = ((logits - logits.maxCoeff()) * (1.0f / params.temperature)).exp();
   if (params.top_k > 0 && params.top_k < n) {
     std::vector<float> sorted(row.begin(), row.end());
     std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(params.top_k - 1), sorted.end(),
                      std::greater<>());
     weights = (logits >= sorted[params.top_k - 1]).select(weights, 0.0f);
   }
-  double sum = 0.0;
-  for (std::size_t i = 0; i < n; ++i) sum += (out[i] = weights[static_cast<Eigen::Index>(i)]);
-  for (double& p : out) p /= sum;
-  if (params.top_p >= 1.0f) return;
-  const double kept = detail::keep_top_p(out, params.top_p);
-  for (double& p : out) p /= kept;
+  // Sum in double over 8 interleaved partial sums (vectorisable; a single running sum is latency-bound).
+  double lanes[8] = {};
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (std::size_t l = 0; l < 8; ++l) lanes[l] += static_cast<double>(weights[static_cast<Eigen::Index>(i + l)]);
+  for (; i < n; ++i) lanes[i % 8] += static_cast<double>(weights[static_cast<Eigen::Index>(i)]);
+  const double sum = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+  Eigen::Map<Eigen::ArrayXd> probs(out.data(), static_cast<Eigen::Index>(n));
+  if (params.top_p >= 1.0f) {
+    probs = weights.cast<double>() / sum;
+    return;
+  }
+  // Top-p: only probabilities above (1 - top_p)/n can be kept (see keep_top_p), so the selection runs over those
+  // candidates alone; a float pre-filter a little below the bound skips the rest cheaply.
+  const double floor = (1.0 - static_cast<double>(params.top_p)) / static_cast<double>(n);
+  const float prefilter = static_cast<float>(floor * sum * 0.999);
+  thread_local std::vector<std::uint32_t> order;
+  order.clear();
+  for (i = 0; i < n; ++i) {
+    const float w = weights[static_cast<Eigen::Index>(i)];
+    if (!(w > prefilter)) continue;
+    const double p = static_cast<double>(w) / sum;
+    if (p > floor) {
+      out[i] = p;
+      order.push_back(static_cast<std::uint32_t>(i));
+    }
+  }
+  const double kept = detail::keep_top_p(out, order, params.top_p);
+  for (std::uint32_t i : order) out[i] /= kept;
 }
 
 /// Inverse-CDF sampling: the first index whose cumulative probability exceeds u * sum(probs).
 /// requires: u in (0, 1), probs non-negative with a positive sum.
 inline Token sample_index(std::span<const double> probs, double u) {
-  const double total = std::accumulate(probs.begin(), probs.end(), 0.0);
+  double lanes[8] = {};  // the total over 8 interleaved partial sums (vectorisable)
+  std::size_t j = 0;
+  for (; j + 8 <= probs.size(); j += 8)
+    for (std::size_t l = 0; l < 8; ++l) lanes[l] += probs[j + l];
+  for (; j < probs.size(); ++j) lanes[j % 8] += probs[j];
+  const double total = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
   const double target = u * total;
   double cumulative = 0.0;
   std::size_t last_positive = 0;
