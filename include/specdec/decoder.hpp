@@ -54,11 +54,13 @@ class SpeculativeDecoder {
     std::vector<Token> sequence(prompt.begin(), prompt.end());
     prefill(sequence, stats);
     if (options.max_new_tokens == 0) return finish(out, start);
+    if constexpr (requires { length_.begin_generation(); }) length_.begin_generation();
 
     typename Acceptance::Session session(acceptance_, vocab, options.seed);
     detail::Emitter emitter(options, out, sequence);
     std::vector<Token> drafts, feed;
     for (bool done = false; !done;) {
+      const auto round_start = detail::Clock::now();
       const std::size_t k = std::min<std::size_t>(length_.next(options), emitter.remaining() - 1);
       stats.draft_lengths.push_back(k);
       RoundReport report{.requested = k};
@@ -99,6 +101,7 @@ class SpeculativeDecoder {
       if (accepted == drafts.size()) next = session.sample(row(accepted), n + accepted);
       stats.accepted_tokens += accepted;
       report.accepted = accepted;
+      report.round_seconds = detail::seconds_since(round_start);
       length_.observe(report);
 
       for (std::size_t i = 0; i < accepted && !done; ++i) done = emitter.emit(drafts[i]);
@@ -137,6 +140,10 @@ class SpeculativeDecoder {
     const std::size_t held = draft_.sync(sequence, n - 1);
     std::vector<Token> feed(sequence.begin() + static_cast<std::ptrdiff_t>(held), sequence.end());
     const double before = stats.draft_seconds;
+    if (feed.size() > 1) {  // catching up (after rounds without drafting): only the last position needs logits
+      draft_.append(std::span<const Token>(feed).first(feed.size() - 1), stats.draft_seconds, stats.draft_forward_calls);
+      feed.erase(feed.begin(), feed.end() - 1);
+    }
     for (std::size_t i = 0; i < k; ++i) {
       const Logits& logits = draft_.forward(feed, stats.draft_seconds, stats.draft_forward_calls);
       ++report.draft_steps;

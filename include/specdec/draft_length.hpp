@@ -21,9 +21,11 @@ struct RoundReport {
   double draft_seconds = 0.0;    // time inside those calls
   std::size_t verify_width = 0;  // positions in the target's call
   double verify_seconds = 0.0;   // time inside the target's call
+  double round_seconds = 0.0;    // wall time of the whole round (drafting, verifying, acceptance), callbacks excluded
 };
 
-/// What the decoder needs from a draft-length policy.
+/// What the decoder needs from a draft-length policy. Optionally, begin_generation() is called at the start of
+/// every generate() call (after the prompt is processed).
 template <class P>
 concept DraftLengthPolicy = requires(P& policy, const GenerateOptions& options, const RoundReport& report) {
   { policy.next(options) } -> std::convertible_to<std::size_t>;  // k for the coming round (0 = plain decoding)
@@ -48,6 +50,7 @@ struct FixedDraftLength {
 class AdaptiveDraftLength {
  public:
   double smoothing = 0.1;          // weight of the newest observation in each moving average
+  double prior_weight = 2.0;       // observations the optimistic prior (acceptance 1) counts for
   double hysteresis = 0.05;        // relative gain needed to change k
   std::size_t probe_interval = 16;       // rounds at k = 0 before the first probe
   std::size_t max_probe_interval = 256;  // the longest wait between probes
@@ -63,21 +66,34 @@ class AdaptiveDraftLength {
     if (current_ > max_k || best_rate > rate(current_) * (1.0 + hysteresis)) current_ = best;
     if (current_ > 0) {
       wait_ = 0;
+      probe_now_ = false;
       // Now and then one position more than the best so far: what lies beyond k is only learned by drafting it.
       if (current_ < max_k && ++rounds_since_longer_ >= probe_interval) {
         rounds_since_longer_ = 0;
         return current_ + 1;
       }
     }
-    if (current_ == 0 && ++rounds_at_zero_ >= (wait_ = wait_ ? wait_ : probe_interval)) {
+    if (current_ == 0 && (probe_now_ || ++rounds_at_zero_ >= (wait_ = wait_ ? wait_ : probe_interval))) {
+      if (!probe_now_) wait_ = std::min(2 * wait_, max_probe_interval);
+      probe_now_ = false;
       rounds_at_zero_ = 0;
-      wait_ = std::min(2 * wait_, max_probe_interval);
       std::size_t probe = 1;
       for (std::size_t k = 2; k <= max_k; ++k)
         if (rate(k) > rate(probe)) probe = k;
       return probe;
     }
     return current_;
+  }
+
+  /// Called by the decoder when a generate() call starts. A new text may suit the draft better or worse than the
+  /// last: the acceptance estimates stay as a prior but learn quickly again (their observation counts restart),
+  /// and a policy that had given up drafting probes in the first round, the one round where the draft holds the
+  /// whole context already (a later probe first feeds the draft every token since the last one).
+  void begin_generation() {
+    std::fill(alpha_seen_.begin(), alpha_seen_.end(), 0);
+    std::fill(continues_seen_.begin(), continues_seen_.end(), 0);
+    rounds_at_zero_ = rounds_since_longer_ = 0;
+    probe_now_ = true;
   }
 
   void observe(const RoundReport& report) {
@@ -92,20 +108,27 @@ class AdaptiveDraftLength {
     // The draft's own limit L (a flat row, draft_p_min, its budget): it proposed `drafted` tokens, and when
     // that is below the request, L = drafted; otherwise L >= requested (censored). P(L > j) is learned for the
     // j the round could see.
+    // Time outside the model calls (draft bookkeeping, acceptance, sampling transforms), per kind of round.
+    if (report.round_seconds > 0.0) {
+      const double outside = std::max(0.0, report.round_seconds - report.draft_seconds - report.verify_seconds);
+      const bool drafting = report.requested > 0;
+      update(overhead_[drafting], outside, have_overhead_[drafting]);
+    }
     const std::size_t seen = std::min(report.requested, report.drafted + 1);
-    if (continues_.size() < seen) continues_.resize(seen, 1.0);
-    for (std::size_t j = 0; j < seen; ++j) continues_[j] += smoothing * ((report.drafted > j ? 1.0 : 0.0) - continues_[j]);
+    if (continues_.size() < seen) continues_.resize(seen, 1.0), continues_seen_.resize(seen, 0);
+    for (std::size_t j = 0; j < seen; ++j) learn(continues_[j], continues_seen_[j], report.drafted > j ? 1.0 : 0.0);
     // Position i was reached when the first i proposals were accepted and an i-th proposal was made.
     const std::size_t reached = std::min(report.drafted, report.accepted + 1);
-    if (alpha_.size() < reached) alpha_.resize(reached, 1.0);  // optimistic until observed: explores longer drafts
+    if (alpha_.size() < reached) alpha_.resize(reached, 1.0), alpha_seen_.resize(reached, 0);
     for (std::size_t i = 0; i < reached; ++i)
-      alpha_[i] += smoothing * ((i < report.accepted ? 1.0 : 0.0) - alpha_[i]);
+      learn(alpha_[i], alpha_seen_[i], i < report.accepted ? 1.0 : 0.0);
   }
 
   /// Predicted tokens per second at draft length k (0 when nothing is known yet). A round asked for k drafts
   /// min(k, L) tokens, L the draft's own limit: expected tokens 1 + Σ_{j<k} P(L > j)·Π_{i<=j} α_i, and the cost
   /// of each width min(k, L) + 1 weighted by its probability (a draft that stops itself on weak guesses makes a
-  /// large k cheap).
+  /// large k cheap), plus the measured time a round spends outside the model calls (separately for rounds with
+  /// and without drafting), so that k > 0 is chosen only when it pays in wall time.
   double rate(std::size_t k) const {
     double expected = 1.0, run = 1.0, cost = 0.0, steps = 0.0;
     for (std::size_t j = 0; j < k; ++j) {
@@ -118,6 +141,8 @@ class AdaptiveDraftLength {
     cost += full * verify_cost(k + 1);
     steps += full * static_cast<double>(k);
     cost += steps * (have_t_draft_ ? t_draft_ : 0.0);
+    const bool drafting = k > 0;
+    if (cost > 0.0) cost += have_overhead_[drafting] ? overhead_[drafting] : (have_overhead_[0] ? overhead_[0] : 0.0);
     return cost > 0.0 ? expected / cost : 0.0;
   }
   /// The current estimate of P(L > j), the draft proposing more than j tokens when asked for more.
@@ -129,10 +154,20 @@ class AdaptiveDraftLength {
     return p;
   }
   /// The current estimate of acceptance at draft position i.
+  /// Seconds per round spent outside the model calls, in rounds with (true) or without drafting.
+  double overhead(bool drafting) const { return overhead_[drafting]; }
+  /// Measured seconds of a target call over `width` positions (interpolated; 0 when nothing is known).
+  double verify_seconds(std::size_t width) const { return verify_cost(width); }
   double alpha(std::size_t i) const { return i < alpha_.size() ? alpha_[i] : (alpha_.empty() ? 0.5 : alpha_.back()); }
   std::size_t current() const { return current_; }
 
  private:
+  /// The mean of the observations and a prior worth `prior_weight` of them while they are few, then a moving
+  /// average: quick to leave the prior, steady later, and not swung to 0 or 1 by a single observation.
+  void learn(double& average, std::size_t& seen, double value) const {
+    ++seen;
+    average += std::max(smoothing, 1.0 / (static_cast<double>(seen) + prior_weight)) * (value - average);
+  }
   void update(double& average, double value, bool& known) const {
     average = known ? average + smoothing * (value - average) : value;
     known = true;
@@ -158,6 +193,9 @@ class AdaptiveDraftLength {
 
   std::vector<double> alpha_;     // [draft position]
   std::vector<double> continues_;  // [j]: P(L > j), see observe()
+  std::vector<std::size_t> alpha_seen_, continues_seen_;  // observations behind each estimate
+  double overhead_[2] = {0.0, 0.0};  // seconds per round outside the model calls: [0] plain rounds, [1] drafting
+  bool have_overhead_[2] = {false, false};
   std::vector<double> t_verify_;  // [width - 1]: seconds, -1 = not measured
   double t_draft_ = 0.0;          // seconds per draft step
   bool have_t_draft_ = false;
@@ -165,7 +203,8 @@ class AdaptiveDraftLength {
   std::size_t current_ = 0;
   std::size_t rounds_at_zero_ = 0;
   std::size_t wait_ = 0;  // rounds at k = 0 before the next probe (0: not waiting yet)
-  std::size_t rounds_since_longer_ = 0;  // rounds at k > 0 since one was drafted one position longer
+  std::size_t rounds_since_longer_ = 0;
+  bool probe_now_ = false;  // the next round at k = 0 probes (set when a generation starts)  // rounds at k > 0 since one was drafted one position longer
 };
 
 static_assert(DraftLengthPolicy<FixedDraftLength>);
