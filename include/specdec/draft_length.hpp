@@ -74,9 +74,12 @@ class AdaptiveDraftLength {
       }
     }
     if (current_ == 0 && (probe_now_ || ++rounds_at_zero_ >= (wait_ = wait_ ? wait_ : probe_interval))) {
-      if (!probe_now_) wait_ = std::min(2 * wait_, max_probe_interval);
+      // The wait doubles after a probe that cost real time (a model draft catching up on the context); probes
+      // of a draft that costs next to nothing (prompt lookup) stay frequent.
+      if (!probe_now_) wait_ = cheap_probes_ ? probe_interval : std::min(2 * wait_, max_probe_interval);
       probe_now_ = false;
       rounds_at_zero_ = 0;
+      probing_ = true;
       std::size_t probe = 1;
       for (std::size_t k = 2; k <= max_k; ++k)
         if (rate(k) > rate(probe)) probe = k;
@@ -98,13 +101,10 @@ class AdaptiveDraftLength {
 
   void observe(const RoundReport& report) {
     measured_ = true;
+    if (probing_) cheap_probes_ = report.draft_seconds < 0.05 * report.verify_seconds;
+    probing_ = false;
     if (report.draft_steps > 0) update(t_draft_, report.draft_seconds / static_cast<double>(report.draft_steps), have_t_draft_);
-    if (report.verify_width > 0) {
-      if (t_verify_.size() < report.verify_width) t_verify_.resize(report.verify_width, -1.0);
-      double& slot = t_verify_[report.verify_width - 1];
-      bool known = slot >= 0.0;
-      update(slot, report.verify_seconds, known);
-    }
+    if (report.verify_width > 0) observe_verify(static_cast<double>(report.verify_width), report.verify_seconds);
     // The draft's own limit L (a flat row, draft_p_min, its budget): it proposed `drafted` tokens, and when
     // that is below the request, L = drafted; otherwise L >= requested (censored). P(L > j) is learned for the
     // j the round could see.
@@ -168,35 +168,39 @@ class AdaptiveDraftLength {
     ++seen;
     average += std::max(smoothing, 1.0 / (static_cast<double>(seen) + prior_weight)) * (value - average);
   }
+  /// Moving average of a time. A sample is capped at 1.5x the average (+20 µs): on a shared machine a round now
+  /// and then stalls for milliseconds (the OS ran something else), and one such outlier must not make drafting
+  /// look unaffordable for the next dozens of rounds; a real, lasting increase still comes through, 5% a round.
   void update(double& average, double value, bool& known) const {
+    if (known) value = std::min(value, 1.5 * average + 20e-6);
     average = known ? average + smoothing * (value - average) : value;
     known = true;
   }
-  /// t_verify(width): measured when available, else interpolated linearly between the nearest measured widths
-  /// (flat beyond the measured range: an optimistic guess that probing corrects).
-  double verify_cost(std::size_t width) const {
-    std::size_t lo = 0, hi = 0;  // 1-based widths of the nearest measurements below/at and above
-    for (std::size_t w = 1; w <= t_verify_.size(); ++w) {
-      if (t_verify_[w - 1] < 0.0) continue;
-      if (w <= width) lo = w;
-      if (w >= width && hi == 0) hi = w;
-    }
-    if (lo == width) return t_verify_[lo - 1];
-    if (lo && hi) {
-      const double f = static_cast<double>(width - lo) / static_cast<double>(hi - lo);
-      return t_verify_[lo - 1] + f * (t_verify_[hi - 1] - t_verify_[lo - 1]);
-    }
-    if (lo) return t_verify_[lo - 1];
-    if (hi) return t_verify_[hi - 1];
-    return 0.0;
+  /// t_verify(w) as a line a + b·w fitted to every verify pass (moving-average least squares), so that every
+  /// width's estimate stays current, however rarely that width itself is used; outliers are capped as in update().
+  void observe_verify(double width, double seconds) {
+    if (fit_[0] > 0.0) seconds = std::min(seconds, 1.5 * verify_cost_at(width) + 20e-6);
+    const double sample[5] = {1.0, width, width * width, seconds, width * seconds};
+    for (int i = 0; i < 5; ++i) fit_[i] = fit_[0] > 0.0 ? fit_[i] + smoothing * (sample[i] - fit_[i]) : sample[i];
   }
+  double verify_cost_at(double width) const {
+    if (!(fit_[0] > 0.0)) return 0.0;
+    const double mean_w = fit_[1] / fit_[0], mean_t = fit_[3] / fit_[0];
+    const double var = fit_[2] / fit_[0] - mean_w * mean_w, cov = fit_[4] / fit_[0] - mean_w * mean_t;
+    // Until widths vary enough to fit a slope, assume each extra position costs 10% of the mean pass.
+    const double slope = var > 0.05 ? std::max(0.0, cov / var) : 0.1 * mean_t;
+    return std::max(0.0, mean_t + slope * (width - mean_w));
+  }
+  double verify_cost(std::size_t width) const { return verify_cost_at(static_cast<double>(width)); }
+
+
 
   std::vector<double> alpha_;     // [draft position]
   std::vector<double> continues_;  // [j]: P(L > j), see observe()
   std::vector<std::size_t> alpha_seen_, continues_seen_;  // observations behind each estimate
   double overhead_[2] = {0.0, 0.0};  // seconds per round outside the model calls: [0] plain rounds, [1] drafting
   bool have_overhead_[2] = {false, false};
-  std::vector<double> t_verify_;  // [width - 1]: seconds, -1 = not measured
+  double fit_[5] = {0, 0, 0, 0, 0};  // moving averages of 1, w, w², t_v, w·t_v over verify passes
   double t_draft_ = 0.0;          // seconds per draft step
   bool have_t_draft_ = false;
   bool measured_ = false;
@@ -204,7 +208,9 @@ class AdaptiveDraftLength {
   std::size_t rounds_at_zero_ = 0;
   std::size_t wait_ = 0;  // rounds at k = 0 before the next probe (0: not waiting yet)
   std::size_t rounds_since_longer_ = 0;
-  bool probe_now_ = false;  // the next round at k = 0 probes (set when a generation starts)  // rounds at k > 0 since one was drafted one position longer
+  bool probe_now_ = false;  // the next round at k = 0 probes (set when a generation starts)
+  bool probing_ = false;       // the round under way is a probe
+  bool cheap_probes_ = false;  // the last probe's drafting cost under 5% of its verify pass  // rounds at k > 0 since one was drafted one position longer
 };
 
 static_assert(DraftLengthPolicy<FixedDraftLength>);
