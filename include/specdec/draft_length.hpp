@@ -38,15 +38,18 @@ struct FixedDraftLength {
   void observe(const RoundReport&) const {}
 };
 
-/// Chooses k each round to maximise expected tokens per unit time, E(k) / C(k), where
-///   E(k) = 1 + sum_{j<=k} prod_{i<=j} alpha_i   (alpha_i: acceptance at draft position i, given i was reached)
-///   C(k) = k * t_draft + t_verify(k + 1)         (t_verify(1) is a plain decoding step, so k = 0 is plain decoding)
-/// alpha_i and the costs are exponential moving averages of what the decoder measures. The first round drafts one
-/// token (cheap to learn from, whatever the draft costs); unmeasured positions take the last measured alpha, so k
-/// grows while drafts keep being accepted. A new k replaces the current one only when it is predicted to be
-/// `hysteresis` better; while k = 0, a probe round with k >= 1 runs after `probe_interval` rounds, and the wait
-/// doubles after each probe that does not bring speculation back (up to `max_probe_interval`).
-/// k never exceeds GenerateOptions::draft_length. State persists across generate() calls on one decoder.
+/// Chooses k each round to maximise expected tokens per unit time, E(k) / C(k), where, with L the number of
+/// tokens the draft proposes before stopping itself (a flat row, draft_p_min, its draft_budget()):
+///   E(k) = 1 + sum_{j<k} P(L > j) prod_{i<=j} alpha_i   (alpha_i: acceptance at draft position i, once reached)
+///   C(k) = E[steps] * t_draft + E[t_verify(min(k, L) + 1)] + t_outside   (k = 0 is plain decoding)
+/// t_verify(w) is a line fitted by moving least squares to every verify pass; t_draft and t_outside (the round's
+/// time outside the model calls, kept apart for rounds with and without drafting) are moving averages with
+/// outlier samples capped; alpha_i and P(L > j) start optimistic and are learned as weighted means, then moving
+/// averages. The first round drafts one token. A new k replaces the current one only when it is predicted to be
+/// `hysteresis` better. Every `probe_interval` rounds at k > 0 one round drafts one token more than k; at k = 0
+/// a probe round runs after `probe_interval` rounds, the wait doubling (up to `max_probe_interval`) after probes
+/// that cost real drafting time. begin_generation() (called by the decoder per generate()) restarts the
+/// learning counts and, at k = 0, probes at once. k never exceeds GenerateOptions::draft_length.
 class AdaptiveDraftLength {
  public:
   double smoothing = 0.1;          // weight of the newest observation in each moving average

@@ -28,7 +28,7 @@ struct DecodeStats {
   std::size_t generated_tokens = 0;      // == Generation::tokens.size()
   std::size_t prompt_tokens = 0;
   std::size_t reused_prompt_tokens = 0;  // prompt prefix the target already held from an earlier call
-  std::vector<std::size_t> drafted_at;   // [draft position]: proposals made at that position of a round
+  std::vector<std::size_t> drafted_at;   // [draft position]: proposals there that the target examined (all earlier accepted)
   std::vector<std::size_t> accepted_at;  // [draft position]: of those, accepted
   std::vector<std::size_t> draft_lengths;  // [round]: the draft length asked for in that round
   std::vector<std::size_t> verify_widths;  // [round]: positions the target scored in that round's verify call
