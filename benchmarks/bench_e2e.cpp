@@ -24,6 +24,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <numeric>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -120,30 +121,37 @@ struct Bench {
 
 SamplingParams sampled_params() { return {.temperature = 0.7f, .top_p = 0.95f}; }
 
-/// Median seconds of `forward(tokens)` on a model holding `context` tokens, rolled back after each call.
+/// Median seconds of `forward(w tokens)` for each w in `widths` on a model holding `context` tokens, rolled back
+/// after each call; the widths are sampled in turn, so that the machine's drift cannot bend their ratios.
 /// `between()` runs untimed before each sample: for a draft, a target step, so that the draft finds the caches
 /// as it does while decoding (the target's weights stream through them between draft steps).
 template <class M, class Between>
-double median_forward_seconds(M& model, std::size_t context, std::size_t width, Between&& between) {
+std::vector<double> median_forward_seconds(M& model, std::size_t context, const std::vector<std::size_t>& widths,
+                                           Between&& between) {
   const auto repeats = std::stoul(env("SPECDEC_BENCH_REPEATS", "15"));
   const Bench& bench = Bench::get();
   std::vector<Token> filler;
   for (const auto& task : bench.tasks)
     filler.insert(filler.end(), task.prompt.begin(), task.prompt.end());
-  filler.resize(context + width, 198);
+  filler.resize(context + *std::max_element(widths.begin(), widths.end()), 198);
   model.truncate(0);
   model.forward(std::span<const Token>(filler.data(), context));
-  std::vector<double> samples;
-  for (std::size_t r = 0; r < repeats; ++r) {
-    between();
-    const auto start = detail::Clock::now();
-    benchmark::DoNotOptimize(model.forward(std::span<const Token>(filler.data() + context, width)).data());
-    samples.push_back(detail::seconds_since(start));
-    model.truncate(context);
-  }
+  std::vector<std::vector<double>> samples(widths.size());
+  for (std::size_t r = 0; r < repeats; ++r)
+    for (std::size_t i = 0; i < widths.size(); ++i) {
+      between();
+      const auto start = detail::Clock::now();
+      benchmark::DoNotOptimize(model.forward(std::span<const Token>(filler.data() + context, widths[i])).data());
+      samples[i].push_back(detail::seconds_since(start));
+      model.truncate(context);
+    }
   model.truncate(0);
-  std::nth_element(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(samples.size() / 2), samples.end());
-  return samples[samples.size() / 2];
+  std::vector<double> medians;
+  for (auto& v : samples) {
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    medians.push_back(v[v.size() / 2]);
+  }
+  return medians;
 }
 
 /// Calls `f(draft)` with the draft model a name stands for.
@@ -164,31 +172,13 @@ void with_draft(const std::string& name, F&& f) {
   }
 }
 
-/// Medians of t_v(w) for w = 1..max_width at the kind's context, the widths sampled in turn.
+/// Medians of t_v(w) for w = 1..max_width at the kind's context.
 void measure_verify_costs(const std::string& kind, std::size_t max_width) {
   Bench& bench = Bench::get();
-  const auto repeats = std::stoul(env("SPECDEC_BENCH_REPEATS", "15"));
-  std::vector<Token> filler;
-  for (const auto& task : bench.tasks) filler.insert(filler.end(), task.prompt.begin(), task.prompt.end());
-  const std::size_t context = bench.cost_context.at(kind);
-  filler.resize(context + max_width, 198);
-  auto& model = bench.target;
-  model.truncate(0);
-  model.forward(std::span<const Token>(filler.data(), context));
-  std::vector<std::vector<double>> samples(max_width + 1);
-  for (std::size_t r = 0; r < repeats; ++r)
-    for (std::size_t w = 1; w <= max_width; ++w) {
-      const auto start = detail::Clock::now();
-      benchmark::DoNotOptimize(model.forward(std::span<const Token>(filler.data() + context, w)).data());
-      samples[w].push_back(detail::seconds_since(start));
-      model.truncate(context);
-    }
-  model.truncate(0);
-  for (std::size_t w = 1; w <= max_width; ++w) {
-    auto& v = samples[w];
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    bench.t_verify[kind][w] = v[v.size() / 2];
-  }
+  std::vector<std::size_t> widths(max_width);
+  std::iota(widths.begin(), widths.end(), std::size_t{1});
+  const auto medians = median_forward_seconds(bench.target, bench.cost_context.at(kind), widths, [] {});
+  for (std::size_t w = 1; w <= max_width; ++w) bench.t_verify[kind][w] = medians[w - 1];
 }
 
 void BM_CostTarget(benchmark::State& state, const std::string& kind, std::size_t width, std::size_t max_width) {
@@ -213,7 +203,7 @@ void BM_CostDraft(benchmark::State& state, const std::string& kind, const std::s
       bench.target.truncate(0);
     };
     with_draft(name, [&](auto& draft) {
-      seconds = median_forward_seconds(draft, bench.cost_context.at(kind), 1, target_step);
+      seconds = median_forward_seconds(draft, bench.cost_context.at(kind), {1}, target_step)[0];
     });
     state.SetIterationTime(seconds);
   }

@@ -108,15 +108,15 @@ class AdaptiveDraftLength {
     probing_ = false;
     if (report.draft_steps > 0) update(t_draft_, report.draft_seconds / static_cast<double>(report.draft_steps), have_t_draft_);
     if (report.verify_width > 0) observe_verify(static_cast<double>(report.verify_width), report.verify_seconds);
-    // The draft's own limit L (a flat row, draft_p_min, its budget): it proposed `drafted` tokens, and when
-    // that is below the request, L = drafted; otherwise L >= requested (censored). P(L > j) is learned for the
-    // j the round could see.
     // Time outside the model calls (draft bookkeeping, acceptance, sampling transforms), per kind of round.
     if (report.round_seconds > 0.0) {
       const double outside = std::max(0.0, report.round_seconds - report.draft_seconds - report.verify_seconds);
       const bool drafting = report.requested > 0;
       update(overhead_[drafting], outside, have_overhead_[drafting]);
     }
+    // The draft's own limit L (a flat row, draft_p_min, its budget): it proposed `drafted` tokens, and when
+    // that is below the request, L = drafted; otherwise L >= requested (censored). P(L > j) is learned for the
+    // j the round could see.
     const std::size_t seen = std::min(report.requested, report.drafted + 1);
     if (continues_.size() < seen) continues_.resize(seen, 1.0), continues_seen_.resize(seen, 0);
     for (std::size_t j = 0; j < seen; ++j) learn(continues_[j], continues_seen_[j], report.drafted > j ? 1.0 : 0.0);
@@ -135,32 +135,33 @@ class AdaptiveDraftLength {
   double rate(std::size_t k) const {
     double expected = 1.0, run = 1.0, cost = 0.0, steps = 0.0;
     for (std::size_t j = 0; j < k; ++j) {
-      const double stops_here = continues(j == 0 ? 0 : j - 1, j == 0) - continues(j, false);  // P(L = j)
-      cost += stops_here * verify_cost(j + 1);
+      const double stops_here = at_least(j) - continues(j);  // P(L = j)
+      cost += stops_here * verify_seconds(j + 1);
       steps += stops_here * static_cast<double>(j + 1);  // j proposals and the step that declined
-      expected += continues(j, false) * (run *= alpha(j));
+      expected += continues(j) * (run *= alpha(j));
     }
-    const double full = continues(k == 0 ? 0 : k - 1, k == 0);  // P(L >= k)
-    cost += full * verify_cost(k + 1);
+    const double full = at_least(k);
+    cost += full * verify_seconds(k + 1);
     steps += full * static_cast<double>(k);
     cost += steps * (have_t_draft_ ? t_draft_ : 0.0);
     const bool drafting = k > 0;
     if (cost > 0.0) cost += have_overhead_[drafting] ? overhead_[drafting] : (have_overhead_[0] ? overhead_[0] : 0.0);
     return cost > 0.0 ? expected / cost : 0.0;
   }
-  /// The current estimate of P(L > j), the draft proposing more than j tokens when asked for more.
-  /// (Non-increasing in j: the running minimum of the per-j averages.)
-  double continues(std::size_t j, bool none = false) const {
+  /// The current estimate of P(L > j), the draft proposing more than j tokens when asked for more
+  /// (non-increasing in j: the running minimum of the per-j averages).
+  double continues(std::size_t j) const {
     double p = 1.0;
-    if (none) return p;
     for (std::size_t i = 0; i <= j && i < continues_.size(); ++i) p = std::min(p, continues_[i]);
     return p;
   }
+
   /// The current estimate of acceptance at draft position i.
   /// Seconds per round spent outside the model calls, in rounds with (true) or without drafting.
   double overhead(bool drafting) const { return overhead_[drafting]; }
-  /// Measured seconds of a target call over `width` positions (interpolated; 0 when nothing is known).
-  double verify_seconds(std::size_t width) const { return verify_cost(width); }
+  /// Seconds of a target call over `width` positions, from the line fitted to every verify pass (0 when none
+  /// was measured yet).
+  double verify_seconds(std::size_t width) const { return verify_seconds_at(static_cast<double>(width)); }
   double alpha(std::size_t i) const { return i < alpha_.size() ? alpha_[i] : (alpha_.empty() ? 0.5 : alpha_.back()); }
   std::size_t current() const { return current_; }
 
@@ -175,18 +176,21 @@ class AdaptiveDraftLength {
   /// and then stalls for milliseconds (the OS ran something else), and one such outlier must not make drafting
   /// look unaffordable for the next dozens of rounds; a real, lasting increase still comes through, 5% a round.
   void update(double& average, double value, bool& known) const {
-    if (known) value = std::min(value, 1.5 * average + 20e-6);
+    if (known) value = capped(value, average);
     average = known ? average + smoothing * (value - average) : value;
     known = true;
   }
   /// t_verify(w) as a line a + b·w fitted to every verify pass (moving-average least squares), so that every
   /// width's estimate stays current, however rarely that width itself is used; outliers are capped as in update().
   void observe_verify(double width, double seconds) {
-    if (fit_[0] > 0.0) seconds = std::min(seconds, 1.5 * verify_cost_at(width) + 20e-6);
+    if (fit_[0] > 0.0) seconds = capped(seconds, verify_seconds_at(width));
     const double sample[5] = {1.0, width, width * width, seconds, width * seconds};
     for (int i = 0; i < 5; ++i) fit_[i] = fit_[0] > 0.0 ? fit_[i] + smoothing * (sample[i] - fit_[i]) : sample[i];
   }
-  double verify_cost_at(double width) const {
+  static double capped(double seconds, double estimate) { return std::min(seconds, 1.5 * estimate + 20e-6); }
+  /// P(L >= j).
+  double at_least(std::size_t j) const { return j == 0 ? 1.0 : continues(j - 1); }
+  double verify_seconds_at(double width) const {
     if (!(fit_[0] > 0.0)) return 0.0;
     const double mean_w = fit_[1] / fit_[0], mean_t = fit_[3] / fit_[0];
     const double var = fit_[2] / fit_[0] - mean_w * mean_w, cov = fit_[4] / fit_[0] - mean_w * mean_t;
@@ -194,9 +198,6 @@ class AdaptiveDraftLength {
     const double slope = var > 0.05 ? std::max(0.0, cov / var) : 0.1 * mean_t;
     return std::max(0.0, mean_t + slope * (width - mean_w));
   }
-  double verify_cost(std::size_t width) const { return verify_cost_at(static_cast<double>(width)); }
-
-
 
   std::vector<double> alpha_;     // [draft position]
   std::vector<double> continues_;  // [j]: P(L > j), see observe()
@@ -210,10 +211,10 @@ class AdaptiveDraftLength {
   std::size_t current_ = 0;
   std::size_t rounds_at_zero_ = 0;
   std::size_t wait_ = 0;  // rounds at k = 0 before the next probe (0: not waiting yet)
-  std::size_t rounds_since_longer_ = 0;
-  bool probe_now_ = false;  // the next round at k = 0 probes (set when a generation starts)
+  std::size_t rounds_since_longer_ = 0;  // rounds at k > 0 since one was drafted one position longer
+  bool probe_now_ = false;     // the next round at k = 0 probes (set when a generation starts)
   bool probing_ = false;       // the round under way is a probe
-  bool cheap_probes_ = false;  // the last probe's drafting cost under 5% of its verify pass  // rounds at k > 0 since one was drafted one position longer
+  bool cheap_probes_ = false;  // the last probe's drafting cost under 5% of its verify pass
 };
 
 static_assert(DraftLengthPolicy<FixedDraftLength>);

@@ -49,6 +49,18 @@ inline double top_probability(std::span<const float> row) {
 
 namespace detail {
 
+/// Sum of v[0..n) in double over 8 interleaved partial sums and a fixed tree: vectorisable (a single running
+/// sum is latency-bound) and the same result on every call.
+template <class T>
+double sum_in_lanes(const T* v, std::size_t n) {
+  double lanes[8] = {};
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (std::size_t l = 0; l < 8; ++l) lanes[l] += static_cast<double>(v[i + l]);
+  for (; i < n; ++i) lanes[i % 8] += static_cast<double>(v[i]);
+  return ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+}
+
 /// Keeps the smallest set of most probable candidates (`order`: indices into `probs`, a distribution) whose mass
 /// reaches top_p, by weighted quickselect in expected O(candidates); rank: higher probability first, lower index
 /// first on a tie. Zeroes the rest, leaves the kept indices in `order` and returns their mass.
@@ -103,13 +115,7 @@ inline void transform_logits(std::span<const float> row, const SamplingParams& p
                      std::greater<>());
     weights = (logits >= sorted[params.top_k - 1]).select(weights, 0.0f);
   }
-  // Sum in double over 8 interleaved partial sums (vectorisable; a single running sum is latency-bound).
-  double lanes[8] = {};
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (std::size_t l = 0; l < 8; ++l) lanes[l] += static_cast<double>(weights[static_cast<Eigen::Index>(i + l)]);
-  for (; i < n; ++i) lanes[i % 8] += static_cast<double>(weights[static_cast<Eigen::Index>(i)]);
-  const double sum = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+  const double sum = detail::sum_in_lanes(weights.data(), n);
   Eigen::Map<Eigen::ArrayXd> probs(out.data(), static_cast<Eigen::Index>(n));
   if (params.top_p >= 1.0f) {
     probs = weights.cast<double>() / sum;
@@ -121,7 +127,7 @@ inline void transform_logits(std::span<const float> row, const SamplingParams& p
   const float prefilter = static_cast<float>(floor * sum * 0.999);
   thread_local std::vector<std::uint32_t> order;
   order.clear();
-  for (i = 0; i < n; ++i) {
+  for (std::size_t i = 0; i < n; ++i) {
     const float w = weights[static_cast<Eigen::Index>(i)];
     if (!(w > prefilter)) continue;
     const double p = static_cast<double>(w) / sum;
@@ -137,12 +143,7 @@ inline void transform_logits(std::span<const float> row, const SamplingParams& p
 /// Inverse-CDF sampling: the first index whose cumulative probability exceeds u * sum(probs).
 /// requires: u in (0, 1), probs non-negative with a positive sum.
 inline Token sample_index(std::span<const double> probs, double u) {
-  double lanes[8] = {};  // the total over 8 interleaved partial sums (vectorisable)
-  std::size_t j = 0;
-  for (; j + 8 <= probs.size(); j += 8)
-    for (std::size_t l = 0; l < 8; ++l) lanes[l] += probs[j + l];
-  for (; j < probs.size(); ++j) lanes[j % 8] += probs[j];
-  const double total = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+  const double total = detail::sum_in_lanes(probs.data(), probs.size());
   const double target = u * total;
   double cumulative = 0.0;
   std::size_t last_positive = 0;

@@ -34,6 +34,15 @@ namespace specdec::llama::detail {
 
 inline constexpr std::size_t dot_entry_bytes = 48;
 
+/// Writes an entry's scale, dx·Σxq, Σxq and padding (the quants are written by the caller).
+inline void write_entry_scales(std::byte* e, float dx, std::int32_t sum) {
+  const float mx = dx * static_cast<float>(sum);
+  std::memcpy(e + 32, &dx, 4);
+  std::memcpy(e + 36, &mx, 4);
+  std::memcpy(e + 40, &sum, 4);
+  std::memset(e + 44, 0, 4);
+}
+
 /// Quantises one block of 32 inputs into an entry (layout above), scalar.
 inline void quantize_block_portable(const float* xb, std::byte* e) {
   float amax = 0.0f;
@@ -47,12 +56,8 @@ inline void quantize_block_portable(const float* xb, std::byte* e) {
     q[j] = static_cast<std::int8_t>(v);
     sum += q[j];
   }
-  const float mx = dx * static_cast<float>(sum);
   std::memcpy(e, q, quant_block);
-  std::memcpy(e + 32, &dx, 4);
-  std::memcpy(e + 36, &mx, 4);
-  std::memcpy(e + 40, &sum, 4);
-  std::memset(e + 44, 0, 4);
+  write_entry_scales(e, dx, sum);
 }
 
 /// quantize_block_portable with AVX-512: the same float operations (max is exact in any order; the conversion
@@ -75,12 +80,7 @@ inline void quantize_block(const float* xb, std::byte* e) {
   const __m512i q1 = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x1, inv)), lo), hi);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(e), _mm512_cvtepi32_epi8(q0));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(e + 16), _mm512_cvtepi32_epi8(q1));
-  const std::int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-  const float mx = dx * static_cast<float>(sum);
-  std::memcpy(e + 32, &dx, 4);
-  std::memcpy(e + 36, &mx, 4);
-  std::memcpy(e + 40, &sum, 4);
-  std::memset(e + 44, 0, 4);
+  write_entry_scales(e, dx, _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
 #else
   quantize_block_portable(xb, e);
 #endif
