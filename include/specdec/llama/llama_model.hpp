@@ -27,6 +27,7 @@
 #include "specdec/error.hpp"
 #include "specdec/kv_cache.hpp"
 #include "specdec/llama/detail/attention.hpp"
+#include "specdec/llama/detail/huge_pages.hpp"
 #include "specdec/llama/gguf.hpp"
 #include "specdec/llama/llama_weights.hpp"
 #include "specdec/llama/matmul.hpp"
@@ -225,7 +226,7 @@ class Transformer {
   std::size_t max_context_;
   KvCache kv_;                 // layer l, kv head g at cache layer l·kv_heads + g: [max_context, head_dim]
   std::size_t blocks_ = 0;     // blocks of key_block positions that max_context needs
-  std::vector<float> keys_t_;  // per cache layer: [blocks][head_dim][key_block], the keys (after RoPE) again
+  std::vector<float, HugePageAllocator<float>> keys_t_;  // per cache layer: [blocks][head_dim][key_block], the keys (after RoPE) again
   std::vector<float> rope_;    // [max_context, rope_dims / 2, (cos, sin)]
   std::size_t score_stride_ = 0;  // blocks_·key_block
   std::vector<float> scores_;  // [threads, group, score_stride]: attention scratch per thread

@@ -23,11 +23,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
 
 #include "specdec/error.hpp"
+#include "specdec/llama/detail/huge_pages.hpp"
 #include "specdec/llama/quant.hpp"
 
 namespace specdec::llama {
@@ -240,7 +242,7 @@ class PackedMatrix {
   /// Weight bytes a product streams: all panels once.
   std::size_t bytes() const { return panels() * panel_bytes_; }
   const std::byte* panel(std::size_t p) const {
-    return reinterpret_cast<const std::byte*>(storage_.data()) + p * panel_bytes_;
+    return storage_.get() + p * panel_bytes_;
   }
 
   /// Writes the (dequantised) weights of row r to out[0 .. cols). requires: r < rows().
@@ -259,15 +261,15 @@ class PackedMatrix {
       case PanelEncoding::bf16_dot: panel_bytes_ = (cols + 1) / 2 * panel_rows * 4; break;
       default: panel_bytes_ = cols / quant_block * detail::panel_block_bytes(encoding);
     }
-    storage_.assign((panels() * panel_bytes_ + 63) / 64 + 1, detail::CacheLine{});
+    storage_ = detail::arena_bytes(panels() * panel_bytes_ + 64);  // zeroed; a spare line for vector over-reads
   }
-  std::byte* panel_data(std::size_t p) { return reinterpret_cast<std::byte*>(storage_.data()) + p * panel_bytes_; }
+  std::byte* panel_data(std::size_t p) { return storage_.get() + p * panel_bytes_; }
 
   std::size_t rows_ = 0;
   std::size_t cols_ = 0;
   PanelEncoding encoding_ = PanelEncoding::f32;
   std::size_t panel_bytes_ = 0;
-  std::vector<detail::CacheLine> storage_;  // [panels][panel_bytes], zero-padded
+  std::shared_ptr<std::byte> storage_;  // [panels][panel_bytes], zero-padded, in huge pages; shared by copies
 };
 
 /// One output of a matmul call: y[p, r] (+)= Σ_k W[r, k]·x[p, k] for r < w->rows(), p < positions.

@@ -125,6 +125,11 @@ inline std::uint16_t load_u16(const std::byte* p) {
   std::memcpy(&v, p, 2);
   return v;
 }
+inline std::int32_t load_i32(const std::byte* p) {
+  std::int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
 inline float load_f16(const std::byte* p) { return fp16_to_float(load_u16(p)); }
 inline std::uint8_t u8(const std::byte* p, std::size_t i) { return std::to_integer<std::uint8_t>(p[i]); }
 

@@ -188,14 +188,19 @@ void group_scores_avx512(const AttentionGroup& a, std::size_t h0) {
   const __m512 scale = _mm512_set1_ps(a.scale);
   for (std::size_t b = 0; b < blocks; ++b) {
     const float* block = a.keys_t + b * a.d * key_block;
+    // A block is d cache lines (a 4 KiB page at d = 64), where the hardware prefetcher stops: each column's
+    // load asks for the same column of the next block.
+    const float* next = b + 1 < blocks ? block + a.d * key_block : block;
     __m512 acc[H][4];
     for (int m = 0; m < 4; ++m) {
+      _mm_prefetch(reinterpret_cast<const char*>(next + m * part * key_block), _MM_HINT_T0);
       const __m512 k = _mm512_loadu_ps(block + m * part * key_block);
       for (int h = 0; h < H; ++h) acc[h][m] = _mm512_mul_ps(_mm512_set1_ps(q[h][m * part]), k);
     }
     for (std::size_t c = 1; c < part; ++c)
       for (int m = 0; m < 4; ++m) {
         const std::size_t col = m * part + c;
+        _mm_prefetch(reinterpret_cast<const char*>(next + col * key_block), _MM_HINT_T0);
         const __m512 k = _mm512_loadu_ps(block + col * key_block);
         for (int h = 0; h < H; ++h) acc[h][m] = _mm512_fmadd_ps(_mm512_set1_ps(q[h][col]), k, acc[h][m]);
       }

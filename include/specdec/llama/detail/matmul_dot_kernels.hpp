@@ -221,9 +221,11 @@ void panel_kernel_qdot(const MatmulOutput& out, std::size_t panel, const std::by
     const std::byte* xb = xq + b * P * dot_entry_bytes;
     for (int p = 0; p < P; ++p) {
       const std::byte* e = xb + p * dot_entry_bytes;
-      std::int32_t xw[8], sum;
+      // Each 4 input bytes are broadcast straight from memory (an embedded broadcast operand), not through a
+      // general register.
+      const auto word = [e](int g) { return _mm512_set1_epi32(gguf::detail::load_i32(e + 4 * g)); };
+      std::int32_t sum;
       float dx, mx;
-      std::memcpy(xw, e, 32);
       std::memcpy(&dx, e + 32, 4);
       std::memcpy(&mx, e + 36, 4);
       std::memcpy(&sum, e + 40, 4);
@@ -231,8 +233,8 @@ void panel_kernel_qdot(const MatmulOutput& out, std::size_t panel, const std::by
       for (int r = 0; r < R; ++r) {
         __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();  // two chains (integer: exact)
         for (int g = 0; g < 8; g += 2) {
-          s0 = _mm512_dpbusd_epi32(s0, q[r][g], _mm512_set1_epi32(xw[g]));
-          s1 = _mm512_dpbusd_epi32(s1, q[r][g + 1], _mm512_set1_epi32(xw[g + 1]));
+          s0 = _mm512_dpbusd_epi32(s0, q[r][g], word(g));
+          s1 = _mm512_dpbusd_epi32(s1, q[r][g + 1], word(g + 1));
         }
         __m512i s = _mm512_add_epi32(s0, s1);
         if constexpr (offset != 0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(offset * sum));
