@@ -119,6 +119,18 @@ inline float sum_by_lanes(const float* scores, std::size_t n) {
   return lanes[0];
 }
 
+/// Max of scores[0..n) in 16 lanes, so that it vectorises (a max is exact in any order; NaNs are skipped
+/// and ±0 both give the same weights e^(s − max)).
+inline float max_by_lanes(const float* scores, std::size_t n) {
+  float lanes[16];
+  std::fill(lanes, lanes + 16, -INFINITY);
+  std::size_t j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (std::size_t l = 0; l < 16; ++l) lanes[l] = std::max(lanes[l], scores[j + l]);
+  for (; j < n; ++j) lanes[j % 16] = std::max(lanes[j % 16], scores[j]);
+  return *std::max_element(lanes, lanes + 16);
+}
+
 /// Geometry of one attend_group call. q rows and out rows are head_dim floats at the given strides;
 /// scores is scratch of heads × score_stride floats with score_stride >= keys rounded up to 16.
 struct AttentionGroup {
@@ -140,8 +152,7 @@ struct AttentionGroup {
 inline void softmax_rows(const AttentionGroup& a, float* inverse) {
   for (std::size_t h = 0; h < a.heads; ++h) {
     float* s = a.scores + h * a.score_stride;
-    float max = -INFINITY;
-    for (std::size_t j = 0; j < a.keys; ++j) max = std::max(max, s[j]);
+    const float max = max_by_lanes(s, a.keys);
     exp_shifted(s, a.keys, max);
     inverse[h] = 1.0f / sum_by_lanes(s, a.keys);
   }
@@ -179,6 +190,14 @@ inline void attend_group_portable(const AttentionGroup& a) {
 }
 
 #if defined(__AVX512F__)
+// Keeps a loaded vector in a register: GCC otherwise folds the load into every FMA that uses it as a memory
+// operand, which for several heads means several loads of the same line per FMA (30% slower here).
+#if defined(__GNUC__)
+#define SPECDEC_IN_REGISTER(v) __asm__("" : "+v"(v))
+#else
+#define SPECDEC_IN_REGISTER(v) (void)0
+#endif
+
 /// Scores of H heads (H <= 4) for all keys, 16 keys per step. requires: d % 4 == 0, d / 4 >= 1.
 template <int H>
 void group_scores_avx512(const AttentionGroup& a, std::size_t h0) {
@@ -197,11 +216,16 @@ void group_scores_avx512(const AttentionGroup& a, std::size_t h0) {
       const __m512 k = _mm512_loadu_ps(block + m * part * key_block);
       for (int h = 0; h < H; ++h) acc[h][m] = _mm512_mul_ps(_mm512_set1_ps(q[h][m * part]), k);
     }
+    // The values of this block's keys (16 rows, d cache lines) are asked into L2 a line per column, so they
+    // stream in beside the keys instead of after them.
+    const std::uintptr_t values = reinterpret_cast<std::uintptr_t>(a.values + b * key_block * a.d);
     for (std::size_t c = 1; c < part; ++c)
       for (int m = 0; m < 4; ++m) {
         const std::size_t col = m * part + c;
         _mm_prefetch(reinterpret_cast<const char*>(next + col * key_block), _MM_HINT_T0);
-        const __m512 k = _mm512_loadu_ps(block + col * key_block);
+        _mm_prefetch(reinterpret_cast<const char*>(values + (c * 4 + m) * 64), _MM_HINT_T1);
+        __m512 k = _mm512_loadu_ps(block + col * key_block);
+        SPECDEC_IN_REGISTER(k);  // one load for all heads, the query values broadcast from memory
         for (int h = 0; h < H; ++h) acc[h][m] = _mm512_fmadd_ps(_mm512_set1_ps(q[h][col]), k, acc[h][m]);
       }
     for (int h = 0; h < H; ++h) {
@@ -222,7 +246,10 @@ void group_values_avx512(const AttentionGroup& a, std::size_t h0, std::size_t c0
   for (std::size_t j = 0; j < a.keys; ++j) {
     const float* row = a.values + j * a.d + c0;
     __m512 v[4];
-    for (int i = 0; i < 4; ++i) v[i] = _mm512_loadu_ps(row + 16 * i);
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm512_loadu_ps(row + 16 * i);
+      SPECDEC_IN_REGISTER(v[i]);  // loaded once, not once per head as a memory operand
+    }
     for (int h = 0; h < H; ++h) {
       const __m512 w = _mm512_set1_ps(p[h][j]);
       for (int i = 0; i < 4; ++i) acc[h][i] = _mm512_fmadd_ps(w, v[i], acc[h][i]);
