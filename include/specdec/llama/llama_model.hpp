@@ -105,6 +105,7 @@ class Transformer {
     for (std::size_t l = 0; l < layers_; ++l) {
       const LayerWeights& w = weights_->layer(l);
       // 2. Attention: norm, Q/K/V projections (K and V straight into the cache), RoPE, attention, Wo + residual.
+      prefetch_kv(l, start, n);
       rms_norm(x_.data(), w.attn_norm.data(), h_.data(), n);
       const MatmulOutput qkv[] = {{&w.q, q_.data(), qw, false}, {&w.k, k_.data(), kw, false}, {&w.v, v_.data(), kw, false}};
       matmul(qkv, h_.data(), e, n, pool);
@@ -145,13 +146,20 @@ class Transformer {
     capacity_ = n;
   }
 
-  /// out[i] = x[i] / sqrt(mean(x[i]²) + eps) · weight, per row; the sum of squares in double, in order.
+  /// out[i] = x[i] / sqrt(mean(x[i]²) + eps) · weight, per row; the sum of squares in double, in 16 partial
+  /// sums by index (k % 16, so that it vectorises) added in a fixed tree: the same order for every row.
   void rms_norm(const float* x, const float* weight, float* out, std::size_t n) const {
     const std::size_t e = config().embedding;
     for (std::size_t i = 0; i < n; ++i) {
       const float* row = x + i * e;
-      double sum = 0.0;
-      for (std::size_t k = 0; k < e; ++k) sum += double(row[k]) * double(row[k]);
+      double lanes[16] = {};
+      std::size_t k = 0;
+      for (; k + 16 <= e; k += 16)
+        for (std::size_t l = 0; l < 16; ++l) lanes[l] += double(row[k + l]) * double(row[k + l]);
+      for (; k < e; ++k) lanes[k % 16] += double(row[k]) * double(row[k]);
+      for (std::size_t width = 8; width > 0; width /= 2)
+        for (std::size_t l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+      const double sum = lanes[0];
       const float scale = 1.0f / std::sqrt(static_cast<float>(sum / double(e)) + config().rms_eps);
       for (std::size_t k = 0; k < e; ++k) out[i * e + k] = (row[k] * scale) * weight[k];
     }
@@ -171,6 +179,29 @@ class Transformer {
           v[2 * j + 1] = a * sin + b * cos;
         }
       }
+    }
+  }
+
+  /// Asks for the cache lines that store_kv(layer, start, n) will write, to own them by the time it runs (after
+  /// the Q/K/V product): the weight stream has evicted them since the last step, and a transposed key writes
+  /// one value to each of head_dim lines, so waiting for each line in turn cost as much as the norms and RoPE.
+  void prefetch_kv(std::size_t layer, std::size_t start, std::size_t n) {
+    const LlamaConfig& c = config();
+    const std::size_t d = c.head_dim;
+    const auto ask = [](const float* p, std::size_t floats) {
+#if defined(__GNUC__)
+      const auto* bytes = reinterpret_cast<const char*>(p);
+      for (std::size_t b = 0; b < floats * sizeof(float); b += 64) __builtin_prefetch(bytes + b, 1);  // for writing
+#else
+      (void)p, (void)floats;
+#endif
+    };
+    for (std::size_t g = 0; g < c.kv_heads; ++g) {
+      const std::size_t cache_layer = layer * c.kv_heads + g;
+      const std::size_t first = start / key_block, last = (start + n - 1) / key_block;
+      ask(&keys_t_[(cache_layer * blocks_ + first) * key_block * d], (last - first + 1) * key_block * d);
+      ask(kv_.key_rows(cache_layer, static_cast<Eigen::Index>(start), static_cast<Eigen::Index>(n)).data(), n * d);
+      ask(kv_.value_rows(cache_layer, static_cast<Eigen::Index>(start), static_cast<Eigen::Index>(n)).data(), n * d);
     }
   }
 
