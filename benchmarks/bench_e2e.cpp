@@ -10,9 +10,10 @@
 //
 // Counters of an E2E run: tokens_per_second, alpha (acceptance), tau (tokens per round), acc<i> (acceptance
 // at draft position i), speedup (vs plain decoding of the same tasks, run right after each task:
-// plain_tokens_per_second), predicted (the cost model, with the kind's costs:
-// S = tau * t_AR / (d * t_d + t_v(w)), d the draft steps per round and t_v(w) averaged over the rounds' verify
-// widths), identical
+// plain_tokens_per_second), predicted (the cost model S = tau * t_AR / (d * t_d + t_v(w)), d the draft steps
+// per round and t_v(w) averaged over the rounds' verify widths, with t_AR, t_d and t_v sampled between the
+// configuration's own tasks, so in the same minutes as the runs: counters t_ar, t_d), predicted_table (the
+// same with the BM_Cost table measured before all runs), identical
 // (1 when every task's tokens equal plain decoding's; -1 where only the distribution is the same).
 //
 // Environment: SPECDEC_MODEL (GGUF path), SPECDEC_THREADS (1), SPECDEC_BENCH_TOKENS (128),
@@ -28,6 +29,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -127,8 +129,8 @@ SamplingParams sampled_params() { return {.temperature = 0.7f, .top_p = 0.95f}; 
 /// as it does while decoding (the target's weights stream through them between draft steps).
 template <class M, class Between>
 std::vector<double> median_forward_seconds(M& model, std::size_t context, const std::vector<std::size_t>& widths,
-                                           Between&& between) {
-  const auto repeats = std::stoul(env("SPECDEC_BENCH_REPEATS", "15"));
+                                           Between&& between,
+                                           std::size_t repeats = std::stoul(env("SPECDEC_BENCH_REPEATS", "15"))) {
   const Bench& bench = Bench::get();
   std::vector<Token> filler;
   for (const auto& task : bench.tasks)
@@ -264,9 +266,10 @@ Generation generate_plain(const std::string& mode, std::span<const Token> prompt
 
 /// Runs every task of `kind` through `generate(prompt, options)`. With `paired`, each task is also decoded
 /// plainly right after, into *paired: a baseline taken at the same moments, which the machine's drift over the
-/// minutes a full run takes cannot skew against the speculative run.
+/// minutes a full run takes cannot skew against the speculative run. `after_task` runs after each task.
 template <class Generate>
-Totals run_tasks(const std::string& kind, const std::string& mode, Generate&& generate, Totals* paired = nullptr) {
+Totals run_tasks(const std::string& kind, const std::string& mode, Generate&& generate, Totals* paired = nullptr,
+                 const std::function<void()>& after_task = {}) {
   Bench& bench = Bench::get();
   Totals totals;
   std::uint64_t seed = 0;
@@ -277,6 +280,7 @@ Totals run_tasks(const std::string& kind, const std::string& mode, Generate&& ge
     const auto g = generate(task.prompt, options);
     totals.add(g, g.stats.prompt_tokens > 1 && g.stats.draft_forward_calls > 0 ? 1 : 0);
     if (paired) paired->add(generate_plain(mode, task.prompt, options), 0);
+    if (after_task) after_task();
   }
   return totals;
 }
@@ -302,27 +306,58 @@ void BM_Plain(benchmark::State& state, const std::string& kind, const std::strin
   state.SetItemsProcessed(static_cast<std::int64_t>(totals.tokens));
 }
 
-/// The kind's measured t_v(w) (linear interpolation at a fractional width).
-double verify_seconds(const std::string& kind, double width) {
-  const auto& t = Bench::get().t_verify.at(kind);
+/// t_v(w) from a width -> seconds table (linear interpolation at a fractional width).
+double verify_seconds(const std::map<std::size_t, double>& t, double width) {
   const auto lo = static_cast<std::size_t>(std::clamp(std::floor(width), 1.0, static_cast<double>(t.rbegin()->first)));
   const std::size_t hi = std::min(lo + 1, t.rbegin()->first);
   const double f = std::clamp(width - static_cast<double>(lo), 0.0, 1.0);
   return t.at(lo) + f * (t.at(hi) - t.at(lo));
 }
 
+/// Cost samples taken between the tasks of one configuration: the cost model's inputs measured in the same
+/// minutes as the decoding they predict (the machine's speed drifts by 10-20% within minutes).
+struct CostSamples {
+  std::map<std::size_t, std::vector<double>> verify;  // width -> seconds
+  std::vector<double> draft;                          // seconds per draft step
+
+  static double median(std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  }
+  std::map<std::size_t, double> verify_table() const {
+    std::map<std::size_t, double> t;
+    for (const auto& [w, v] : verify) t[w] = median(v);
+    return t;
+  }
+};
+
 void BM_Speculative(benchmark::State& state, const std::string& kind, const std::string& mode, const std::string& draft_name,
                     std::size_t k, bool adaptive) {
   Bench& bench = Bench::get();
   Totals totals, plain;
+  CostSamples costs;
+  std::vector<std::size_t> widths(k + 1);
+  std::iota(widths.begin(), widths.end(), std::size_t{1});
+  const std::size_t cost_repeats = 3;  // per task: 6 tasks give 18 samples of each cost
   for (auto _ : state) {
     with_draft(draft_name, [&](auto& draft) {
+      const auto sample_costs = [&] {
+        const auto verify = median_forward_seconds(bench.target, bench.cost_context.at(kind), widths, [] {}, cost_repeats);
+        for (std::size_t i = 0; i < widths.size(); ++i) costs.verify[widths[i]].push_back(verify[i]);
+        const Token one[1] = {198};
+        const auto target_step = [&] {
+          bench.target.forward(one);
+          bench.target.truncate(0);
+        };
+        costs.draft.push_back(
+            median_forward_seconds(draft, bench.cost_context.at(kind), {1}, target_step, cost_repeats)[0]);
+      };
       const auto go = [&](auto acceptance, auto length_policy) {
         SpeculativeDecoder decoder(draft, bench.target, acceptance, length_policy);
         return run_tasks(kind, mode, [&](std::span<const Token> prompt, GenerateOptions options) {
           options.draft_length = k;
           return decoder.generate(prompt, options);
-        }, &plain);
+        }, &plain, sample_costs);
       };
       if (mode == "sampled")
         totals = adaptive ? go(RejectionSampling{sampled_params()}, AdaptiveDraftLength{}) : go(RejectionSampling{sampled_params()}, FixedDraftLength{});
@@ -336,12 +371,20 @@ void BM_Speculative(benchmark::State& state, const std::string& kind, const std:
   const double tau = static_cast<double>(totals.tokens) / rounds;
   const double steps = static_cast<double>(totals.draft_steps) / rounds;
   const double width = 1.0 + static_cast<double>(totals.drafted) / rounds;
-  const double t_ar = bench.t_verify.at(kind).at(1), t_d = bench.t_draft.at(kind).at(draft_name);
-  // Mean verify cost over the rounds as they were (t_v is not linear in w, so not t_v of the mean width).
-  double verify = 0.0;
-  for (std::size_t w : totals.verify_widths) verify += verify_seconds(kind, static_cast<double>(w));
-  verify /= rounds;
-  const double predicted = tau * t_ar / (steps * t_d + verify);
+  // S = tau * t_AR / (d * t_d + mean t_v over the rounds as they were; t_v is not linear in w, so not t_v of
+  // the mean width), once with the costs sampled between this configuration's tasks (`predicted`) and once with
+  // the kind's cost table measured before all runs (`predicted_table`).
+  const auto predict = [&](const std::map<std::size_t, double>& t_v, double t_d) {
+    double verify = 0.0;
+    for (std::size_t w : totals.verify_widths) verify += verify_seconds(t_v, static_cast<double>(w));
+    return tau * t_v.at(1) / (steps * t_d + verify / rounds);
+  };
+  const auto t_v = costs.verify_table();
+  const double t_d = CostSamples::median(costs.draft);
+  const double predicted = predict(t_v, t_d);
+  state.counters["predicted_table"] = predict(bench.t_verify.at(kind), bench.t_draft.at(kind).at(draft_name));
+  state.counters["t_ar"] = t_v.at(1);
+  state.counters["t_d"] = t_d;
   state.counters["tokens_per_second"] = totals.rate();
   state.counters["alpha"] = totals.drafted ? static_cast<double>(totals.accepted) / static_cast<double>(totals.drafted) : 0.0;
   state.counters["tau"] = tau;
@@ -350,7 +393,7 @@ void BM_Speculative(benchmark::State& state, const std::string& kind, const std:
   state.counters["speedup"] = totals.rate() / plain.rate();
   state.counters["plain_tokens_per_second"] = plain.rate();
   state.counters["predicted"] = predicted;
-  state.counters["c"] = t_d / t_ar;
+  state.counters["c"] = t_d / t_v.at(1);
   state.counters["identical"] = mode == "sampled" ? -1.0 : (totals.outputs == bench.plain_tokens.at(key) ? 1.0 : 0.0);
   for (std::size_t i = 0; i < totals.drafted_at.size(); ++i)
     state.counters["acc" + std::to_string(i + 1)] =
