@@ -1,5 +1,6 @@
 // PromptLookupDraft and the draft-length policies.
 #include <catch2/catch.hpp>
+#include <map>
 #include <random>
 
 #include <specdec/specdec.hpp>
@@ -112,6 +113,24 @@ TEST_CASE("adaptive draft length grows k when drafts are accepted and cheap", "[
                     .verify_width = k + 1, .verify_seconds = 1.0});
   }
   CHECK(policy.next(options) == 8);
+}
+
+TEST_CASE("adaptive draft length learns a verify cost that is not linear in the width", "[draft_length]") {
+  // A prompt-lookup draft's rounds verify 1, 3, 5 or 9 positions, and the ninth position costs far more than
+  // the others (as when a kernel's register budget runs out): a line through those passes misjudges t_v(1) by
+  // a third; each width's own offset from the line gets it right.
+  AdaptiveDraftLength policy;
+  const std::map<std::size_t, double> cost{{1, 1.0}, {3, 1.1}, {5, 1.2}, {9, 3.0}};
+  for (int round = 0; round < 400; ++round) {
+    const auto& [width, seconds] = *std::next(cost.begin(), round % 4);
+    const std::size_t k = width - 1;
+    policy.observe({.requested = k, .drafted = k, .accepted = k, .draft_steps = k, .draft_seconds = 0.0,
+                    .verify_width = width, .verify_seconds = seconds});
+  }
+  for (const auto& [width, seconds] : cost) CHECK(policy.verify_seconds(width) == Approx(seconds).epsilon(0.02));
+  // A width never verified falls back to the line, between its neighbours' costs.
+  CHECK(policy.verify_seconds(7) > 1.2);
+  CHECK(policy.verify_seconds(7) < 3.0);
 }
 
 TEST_CASE("adaptive draft length falls back to plain decoding when drafts are rejected, and probes again", "[draft_length]") {

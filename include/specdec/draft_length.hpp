@@ -159,8 +159,8 @@ class AdaptiveDraftLength {
   /// The current estimate of acceptance at draft position i.
   /// Seconds per round spent outside the model calls, in rounds with (true) or without drafting.
   double overhead(bool drafting) const { return overhead_[drafting]; }
-  /// Seconds of a target call over `width` positions, from the line fitted to every verify pass (0 when none
-  /// was measured yet).
+  /// Seconds of a target call over `width` positions: the line fitted to every verify pass plus that width's
+  /// measured offset from it (0 when nothing was measured yet).
   double verify_seconds(std::size_t width) const { return verify_seconds_at(static_cast<double>(width)); }
   double alpha(std::size_t i) const { return i < alpha_.size() ? alpha_[i] : (alpha_.empty() ? 0.5 : alpha_.back()); }
   std::size_t current() const { return current_; }
@@ -181,16 +181,35 @@ class AdaptiveDraftLength {
     known = true;
   }
   /// t_verify(w) as a line a + b·w fitted to every verify pass (moving-average least squares), so that every
-  /// width's estimate stays current, however rarely that width itself is used; outliers are capped as in update().
+  /// width's estimate follows the machine's drift however rarely that width itself is used, plus a moving
+  /// average per width of how far its passes lie off the line: t_v is not linear (one position more can cost
+  /// 5% or 25% of a pass, by how the kernels group positions), and a line alone through the widths a draft uses
+  /// (1, 3, 5 and 9 for prompt lookup) overestimated t_v(3..5) by up to 40% here. Outliers are capped as in
+  /// update().
   void observe_verify(double width, double seconds) {
+    const auto w = static_cast<std::size_t>(width);
     if (fit_[0] > 0.0) seconds = capped(seconds, verify_seconds_at(width));
     const double sample[5] = {1.0, width, width * width, seconds, width * seconds};
-    for (int i = 0; i < 5; ++i) fit_[i] = fit_[0] > 0.0 ? fit_[i] + smoothing * (sample[i] - fit_[i]) : sample[i];
+    // The line moves slower than the offsets, so that it holds still across a cycle of widths and each width's
+    // offset is measured against the same line.
+    const double line_smoothing = smoothing / 4.0;
+    const bool first = !(fit_[0] > 0.0);
+    for (int i = 0; i < 5; ++i) fit_[i] = first ? sample[i] : fit_[i] + line_smoothing * (sample[i] - fit_[i]);
+    if (off_line_.size() <= w) off_line_.resize(w + 1, 0.0), off_line_seen_.resize(w + 1, false);
+    const bool known = off_line_seen_[w];
+    const double off = seconds - line_at(width);
+    off_line_[w] = known ? off_line_[w] + smoothing * (off - off_line_[w]) : off;
+    off_line_seen_[w] = true;
   }
   static double capped(double seconds, double estimate) { return std::min(seconds, 1.5 * estimate + 20e-6); }
   /// P(L >= j).
   double at_least(std::size_t j) const { return j == 0 ? 1.0 : continues(j - 1); }
   double verify_seconds_at(double width) const {
+    const auto w = static_cast<std::size_t>(width);
+    const double off = w < off_line_.size() && off_line_seen_[w] ? off_line_[w] : 0.0;
+    return std::max(0.0, line_at(width) + off);
+  }
+  double line_at(double width) const {
     if (!(fit_[0] > 0.0)) return 0.0;
     const double mean_w = fit_[1] / fit_[0], mean_t = fit_[3] / fit_[0];
     const double var = fit_[2] / fit_[0] - mean_w * mean_w, cov = fit_[4] / fit_[0] - mean_w * mean_t;
@@ -205,6 +224,8 @@ class AdaptiveDraftLength {
   double overhead_[2] = {0.0, 0.0};  // seconds per round outside the model calls: [0] plain rounds, [1] drafting
   bool have_overhead_[2] = {false, false};
   double fit_[5] = {0, 0, 0, 0, 0};  // moving averages of 1, w, w², t_v, w·t_v over verify passes
+  std::vector<double> off_line_;      // [width]: moving average of t_v(width) minus the line
+  std::vector<bool> off_line_seen_;
   double t_draft_ = 0.0;          // seconds per draft step
   bool have_t_draft_ = false;
   bool measured_ = false;
