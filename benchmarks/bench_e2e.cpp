@@ -5,6 +5,7 @@
 //                                (mean prompt + half the new tokens); all widths are sampled in turn, so that
 //                                their ratios do not absorb the machine's drift between them
 //   BM_Cost/<kind>/draft/<draft> t_d: one draft step at that context
+//   BM_Cost/clock/start, /end    the core clock (GHz) before and after all runs: how far the machine drifted
 //   BM_E2E/<kind>/<mode>/plain   plain decoding of every task of a kind (the baseline; runs first)
 //   BM_E2E/<kind>/<mode>/<draft>/k<k> and .../adaptive
 //
@@ -230,6 +231,30 @@ void BM_CostBandwidth(benchmark::State& state) {
   state.counters["GB_per_s"] = static_cast<double>(buffer.size() * sizeof(float)) / best / 1e9;
 }
 
+/// The core's clock, roughly: a chain of dependent one-cycle additions. Measured at the start and at the end of
+/// the run: a shared machine's clock moves with its other tenants' load, and that moves compute-bound verify
+/// passes more than memory-bound single steps.
+void BM_CostClock(benchmark::State& state) {
+  double best = 1e9;
+  constexpr std::uint64_t steps = 200'000'000;
+  for (auto _ : state) {
+    for (int pass = 0; pass < 3; ++pass) {
+      const auto start = detail::Clock::now();
+      std::uint64_t x = 0;
+      for (std::uint64_t i = 0; i < steps; ++i) {
+        ++x;
+#if defined(__GNUC__)
+        __asm__ volatile("" : "+r"(x));  // keeps the chain: one addition per cycle, not folded away
+#endif
+      }
+      benchmark::DoNotOptimize(x);
+      best = std::min(best, detail::seconds_since(start));
+    }
+    state.SetIterationTime(best);
+  }
+  state.counters["GHz"] = static_cast<double>(steps) / best / 1e9;
+}
+
 /// Totals over the tasks of one kind.
 struct Totals {
   std::size_t tokens = 0, rounds = 0, drafted = 0, accepted = 0, draft_steps = 0;
@@ -411,6 +436,7 @@ int register_all() {
   const std::size_t max_k = *std::max_element(ks.begin(), ks.end());
 
   benchmark::RegisterBenchmark("BM_Cost/bandwidth", BM_CostBandwidth)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("BM_Cost/clock/start", BM_CostClock)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
   // A draft may name its own k list after '@', with '+' between values: "early-exit:6@1+2+4".
   const auto ks_of = [&](std::string& draft) {
     const auto at = draft.find('@');
@@ -449,6 +475,7 @@ int register_all() {
             ->Iterations(1)->UseManualTime()->Unit(benchmark::kSecond);
       }
     }
+  benchmark::RegisterBenchmark("BM_Cost/clock/end", BM_CostClock)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
   return 0;
 }
 const int registered = register_all();
