@@ -201,7 +201,16 @@ void panel_kernel_qdot(const MatmulOutput& out, std::size_t panel, const std::by
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
   const __m512i low = _mm512_set1_epi8(0x0F);
   const std::size_t blocks = w.cols() / quant_block;
+  // From 6 positions on the kernel is compute-bound, and the hardware prefetcher, which follows the demand,
+  // leaves memory idle between panels (8 and 9 positions ran at 60-65% of the in-cache rate): each block also
+  // asks for the same block of the next panel. (Measured on a 94 MB matrix, 2 threads: 9 positions 7.6-8.6 ->
+  // 5.0 ms; with fewer positions the gain was within the noise.)
+  constexpr int prefetch_from = 6;
+  const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(panels[R - 1]) + w.panel_bytes();
   for (std::size_t b = 0; b < blocks; ++b) {
+    if constexpr (P >= prefetch_from)
+      for (std::size_t line = 0; line < block_bytes; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + b * block_bytes + line), _MM_HINT_T0);
     __m512i q[R][8];
     __m512 d[R], m[R];
     for (int r = 0; r < R; ++r) {
