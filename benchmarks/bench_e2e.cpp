@@ -217,7 +217,8 @@ void BM_CostDraft(benchmark::State& state, const std::string& kind, const std::s
 
 /// Read bandwidth of one thread: the best of a few passes summing a 512 MiB buffer.
 void BM_CostBandwidth(benchmark::State& state) {
-  std::vector<float> buffer((std::size_t{512} << 20) / sizeof(float), 1.0f);
+  // Huge pages, as the packed weights use.
+  std::vector<float, llama::detail::HugePageAllocator<float>> buffer((std::size_t{512} << 20) / sizeof(float), 1.0f);
   double best = 1e9;
   for (auto _ : state) {
     for (int pass = 0; pass < 5; ++pass) {
