@@ -233,8 +233,7 @@ void BM_CostBandwidth(benchmark::State& state) {
 }
 
 /// The core's clock, roughly: a chain of dependent one-cycle additions. Measured at the start and at the end of
-/// the run: a shared machine's clock moves with its other tenants' load, and that moves compute-bound verify
-/// passes more than memory-bound single steps.
+/// the run, to tell a change of clock from a change in memory contention when the machine's speed drifts.
 void BM_CostClock(benchmark::State& state) {
   double best = 1e9;
   constexpr std::uint64_t steps = 200'000'000;
