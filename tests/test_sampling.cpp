@@ -102,6 +102,25 @@ TEST_CASE("transform applies temperature, then top-k, then top-p, and renormalis
   CHECK(p[0] > 0.0);
 }
 
+TEST_CASE("a row with one clear winner transforms to the same one-hot result on both sides of the shortcut", "[sampling]") {
+  // The shortcut takes rows whose runner-up is more than 100·T below the winner; at 99·T the full computation
+  // runs. Both must give exactly one-hot on the winner when top_p < 1 (a loser's e^-99 cannot reach 1 - top_p).
+  for (const float temperature : {0.7f, 1.0f, 3.0f}) {
+    for (const float gap : {99.0f, 101.0f, 1e30f}) {
+      std::vector<float> row(1000, -gap * temperature);
+      row[617] = 0.0f;
+      if (gap < 1e30f) row[3] = -gap * temperature;  // the runner-up, before the winner
+      std::vector<double> p;
+      transform_logits(row, {.temperature = temperature, .top_p = 0.95f}, p);
+      std::vector<double> one_hot(1000, 0.0);
+      one_hot[617] = 1.0;
+      CHECK(p == one_hot);
+      transform_logits(row, {.temperature = temperature, .top_k = 5, .top_p = 0.5f}, p);
+      CHECK(p == one_hot);
+    }
+  }
+}
+
 TEST_CASE("inverse-cdf sampling picks the first index whose cumulative mass exceeds u", "[sampling]") {
   const std::vector<double> p{0.0, 0.25, 0.0, 0.5, 0.25};
   CHECK(sample_index(p, 0.1) == 1);

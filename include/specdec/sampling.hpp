@@ -107,8 +107,23 @@ inline void transform_logits(std::span<const float> row, const SamplingParams& p
     return;
   }
   const Eigen::Map<const Eigen::ArrayXf> logits(row.data(), static_cast<Eigen::Index>(n));
+  const float max = logits.maxCoeff();
+  // A row with one clear winner (a prompt-lookup draft's: 0 for its proposal, -1e30 elsewhere): every other
+  // weight e^((l - max)/T) is below e^-100, so with top_p < 1 the winner alone reaches top_p and the full
+  // computation below ends in exactly this one-hot result. Two passes instead of five (51 -> ~15 us per row
+  // of 49k).
+  if (params.top_p < 1.0f) {
+    const float gap = 100.0f * params.temperature;  // > 88.4·T, the clamp of the float exponential
+    const auto top = static_cast<std::size_t>(argmax(row));
+    const float second = std::max(top > 0 ? logits.head(static_cast<Eigen::Index>(top)).maxCoeff() : -INFINITY,
+                                  top + 1 < n ? logits.tail(static_cast<Eigen::Index>(n - top - 1)).maxCoeff() : -INFINITY);
+    if (second < max - gap) {
+      out[top] = 1.0;
+      return;
+    }
+  }
   thread_local Eigen::ArrayXf weights;  // [vocab], reused: no allocation per row
-  weights = ((logits - logits.maxCoeff()) * (1.0f / params.temperature)).exp();
+  weights = ((logits - max) * (1.0f / params.temperature)).exp();
   if (params.top_k > 0 && params.top_k < n) {
     std::vector<float> sorted(row.begin(), row.end());
     std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(params.top_k - 1), sorted.end(),
