@@ -124,14 +124,16 @@ struct Bench {
 
 SamplingParams sampled_params() { return {.temperature = 0.7f, .top_p = 0.95f}; }
 
+/// Cost samples per width for the cost table: SPECDEC_BENCH_REPEATS, default 15.
+std::size_t default_repeats() { return std::stoul(env("SPECDEC_BENCH_REPEATS", "15")); }
+
 /// Median seconds of `forward(w tokens)` for each w in `widths` on a model holding `context` tokens, rolled back
 /// after each call; the widths are sampled in turn, so that the machine's drift cannot bend their ratios.
 /// `between()` runs untimed before each sample: for a draft, a target step, so that the draft finds the caches
 /// as it does while decoding (the target's weights stream through them between draft steps).
 template <class M, class Between>
 std::vector<double> median_forward_seconds(M& model, std::size_t context, const std::vector<std::size_t>& widths,
-                                           Between&& between,
-                                           std::size_t repeats = std::stoul(env("SPECDEC_BENCH_REPEATS", "15"))) {
+                                           Between&& between, std::size_t repeats = default_repeats()) {
   const Bench& bench = Bench::get();
   std::vector<Token> filler;
   for (const auto& task : bench.tasks)
@@ -155,6 +157,19 @@ std::vector<double> median_forward_seconds(M& model, std::size_t context, const 
     medians.push_back(v[v.size() / 2]);
   }
   return medians;
+}
+
+/// t_d: the median seconds of one draft step at the kind's cost context, with a target step run before each
+/// sample, so that the draft finds the caches as it does while decoding.
+template <class Draft>
+double draft_step_seconds(Draft& draft, const std::string& kind, std::size_t repeats = default_repeats()) {
+  Bench& bench = Bench::get();
+  const Token one[1] = {198};
+  const auto target_step = [&] {
+    bench.target.forward(one);
+    bench.target.truncate(0);
+  };
+  return median_forward_seconds(draft, bench.cost_context.at(kind), {1}, target_step, repeats)[0];
 }
 
 /// Calls `f(draft)` with the draft model a name stands for.
@@ -200,14 +215,7 @@ void BM_CostDraft(benchmark::State& state, const std::string& kind, const std::s
   Bench& bench = Bench::get();
   double seconds = 0;
   for (auto _ : state) {
-    const Token one[1] = {198};
-    const auto target_step = [&] {
-      bench.target.forward(one);
-      bench.target.truncate(0);
-    };
-    with_draft(name, [&](auto& draft) {
-      seconds = median_forward_seconds(draft, bench.cost_context.at(kind), {1}, target_step)[0];
-    });
+    with_draft(name, [&](auto& draft) { seconds = draft_step_seconds(draft, kind); });
     state.SetIterationTime(seconds);
   }
   bench.t_draft[kind][name] = seconds;
@@ -369,13 +377,7 @@ void BM_Speculative(benchmark::State& state, const std::string& kind, const std:
       const auto sample_costs = [&] {
         const auto verify = median_forward_seconds(bench.target, bench.cost_context.at(kind), widths, [] {}, cost_repeats);
         for (std::size_t i = 0; i < widths.size(); ++i) costs.verify[widths[i]].push_back(verify[i]);
-        const Token one[1] = {198};
-        const auto target_step = [&] {
-          bench.target.forward(one);
-          bench.target.truncate(0);
-        };
-        costs.draft.push_back(
-            median_forward_seconds(draft, bench.cost_context.at(kind), {1}, target_step, cost_repeats)[0]);
+        costs.draft.push_back(draft_step_seconds(draft, kind, cost_repeats));
       };
       const auto go = [&](auto acceptance, auto length_policy) {
         SpeculativeDecoder decoder(draft, bench.target, acceptance, length_policy);

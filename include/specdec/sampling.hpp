@@ -110,11 +110,11 @@ inline void transform_logits(std::span<const float> row, const SamplingParams& p
   const float max = logits.maxCoeff();
   // A row with one clear winner (a prompt-lookup draft's: 0 for its proposal, -1e30 elsewhere): every other
   // weight e^((l - max)/T) is below e^-100, so with top_p < 1 the winner alone reaches top_p and the full
-  // computation below ends in exactly this one-hot result. Two passes instead of five (51 -> ~15 us per row
+  // computation below ends in exactly this one-hot result. Two passes instead of five (110 -> 20 us per row
   // of 49k).
   if (params.top_p < 1.0f) {
-    const float gap = 100.0f * params.temperature;  // > 88.4·T, the clamp of the float exponential
-    const auto top = static_cast<std::size_t>(argmax(row));
+    const float gap = 100.0f * params.temperature;
+    const auto top = static_cast<std::size_t>(std::find(row.begin(), row.end(), max) - row.begin());  // argmax
     const float second = std::max(top > 0 ? logits.head(static_cast<Eigen::Index>(top)).maxCoeff() : -INFINITY,
                                   top + 1 < n ? logits.tail(static_cast<Eigen::Index>(n - top - 1)).maxCoeff() : -INFINITY);
     if (second < max - gap) {

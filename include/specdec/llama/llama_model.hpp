@@ -147,19 +147,14 @@ class Transformer {
   }
 
   /// out[i] = x[i] / sqrt(mean(x[i]²) + eps) · weight, per row; the sum of squares in double, in 16 partial
-  /// sums by index (k % 16, so that it vectorises) added in a fixed tree: the same order for every row.
+  /// sums by index added in a fixed tree (fold_by_lanes): vectorised, and the same order for every row.
   void rms_norm(const float* x, const float* weight, float* out, std::size_t n) const {
     const std::size_t e = config().embedding;
     for (std::size_t i = 0; i < n; ++i) {
       const float* row = x + i * e;
-      double lanes[16] = {};
-      std::size_t k = 0;
-      for (; k + 16 <= e; k += 16)
-        for (std::size_t l = 0; l < 16; ++l) lanes[l] += double(row[k + l]) * double(row[k + l]);
-      for (; k < e; ++k) lanes[k % 16] += double(row[k]) * double(row[k]);
-      for (std::size_t width = 8; width > 0; width /= 2)
-        for (std::size_t l = 0; l < width; ++l) lanes[l] += lanes[l + width];
-      const double sum = lanes[0];
+      const double sum = fold_by_lanes(
+          e, 0.0, [row](std::size_t k) { return double(row[k]) * double(row[k]); },
+          [](double a, double b) { return a + b; });
       const float scale = 1.0f / std::sqrt(static_cast<float>(sum / double(e)) + config().rms_eps);
       for (std::size_t k = 0; k < e; ++k) out[i * e + k] = (row[k] * scale) * weight[k];
     }

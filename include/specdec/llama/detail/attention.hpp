@@ -107,28 +107,32 @@ inline constexpr std::size_t key_block = 16;  // positions per block of the tran
 
 inline std::size_t score_chains(std::size_t d) { return d % 4 == 0 ? 4 : 1; }
 
-/// Sum of scores[0..n) in 16 partial sums by index (lanes[j % 16]), then lanes[l] += lanes[l + w] for w = 8, 4, 2, 1.
-inline float sum_by_lanes(const float* scores, std::size_t n) {
-  float lanes[16] = {};
+/// Folds term(0..n) with op in 16 partial results by index (lanes[j % 16], starting from `init`), then
+/// lanes[l] = op(lanes[l], lanes[l + w]) for w = 8, 4, 2, 1: the same order for every n, and it vectorises
+/// where one running result would be a serial chain.
+template <class T, class Term, class Op>
+T fold_by_lanes(std::size_t n, T init, Term&& term, Op&& op) {
+  T lanes[16];
+  std::fill(lanes, lanes + 16, init);
   std::size_t j = 0;
   for (; j + 16 <= n; j += 16)
-    for (std::size_t l = 0; l < 16; ++l) lanes[l] += scores[j + l];
-  for (; j < n; ++j) lanes[j % 16] += scores[j];
+    for (std::size_t l = 0; l < 16; ++l) lanes[l] = op(lanes[l], term(j + l));
+  for (; j < n; ++j) lanes[j % 16] = op(lanes[j % 16], term(j));
   for (std::size_t width = 8; width > 0; width /= 2)
-    for (std::size_t l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+    for (std::size_t l = 0; l < width; ++l) lanes[l] = op(lanes[l], lanes[l + width]);
   return lanes[0];
 }
 
-/// Max of scores[0..n) in 16 lanes, so that it vectorises (a max is exact in any order; NaNs are skipped
-/// and ±0 both give the same weights e^(s − max)).
+/// Sum of scores[0..n), by fold_by_lanes.
+inline float sum_by_lanes(const float* scores, std::size_t n) {
+  return fold_by_lanes(n, 0.0f, [scores](std::size_t j) { return scores[j]; }, [](float a, float b) { return a + b; });
+}
+
+/// Max of scores[0..n), by fold_by_lanes (a max is exact in any order; NaNs are skipped, and ±0 both give the
+/// same weights e^(s − max)).
 inline float max_by_lanes(const float* scores, std::size_t n) {
-  float lanes[16];
-  std::fill(lanes, lanes + 16, -INFINITY);
-  std::size_t j = 0;
-  for (; j + 16 <= n; j += 16)
-    for (std::size_t l = 0; l < 16; ++l) lanes[l] = std::max(lanes[l], scores[j + l]);
-  for (; j < n; ++j) lanes[j % 16] = std::max(lanes[j % 16], scores[j]);
-  return *std::max_element(lanes, lanes + 16);
+  return fold_by_lanes(n, -INFINITY, [scores](std::size_t j) { return scores[j]; },
+                       [](float a, float b) { return std::max(a, b); });
 }
 
 /// Geometry of one attend_group call. q rows and out rows are head_dim floats at the given strides;

@@ -38,14 +38,21 @@ inline void advise_huge_pages(void* p, std::size_t bytes) {
 #endif
 }
 
-/// A zeroed, 2 MiB-aligned region of at least `bytes` bytes, advised for huge pages.
-inline std::shared_ptr<std::byte> huge_page_bytes_block(std::size_t bytes) {
+/// `bytes` rounded up to whole huge pages, 2 MiB-aligned and advised for huge pages, not yet written; release
+/// with std::free.
+inline void* allocate_huge_pages(std::size_t bytes) {
   const std::size_t rounded = (bytes + huge_page - 1) / huge_page * huge_page;
   void* p = std::aligned_alloc(huge_page, rounded);
   if (p == nullptr) throw std::bad_alloc();
   advise_huge_pages(p, rounded);
-  std::memset(p, 0, rounded);
-  return {static_cast<std::byte*>(p), [](std::byte* q) { std::free(q); }};
+  return p;
+}
+
+/// A zeroed, 2 MiB-aligned region of at least `bytes` bytes, advised for huge pages.
+inline std::shared_ptr<std::byte> huge_page_bytes_block(std::size_t bytes) {
+  auto* p = static_cast<std::byte*>(allocate_huge_pages(bytes));
+  std::memset(p, 0, bytes);
+  return {p, [](std::byte* q) { std::free(q); }};
 }
 
 /// `bytes` zeroed bytes, 64-byte aligned, carved from shared 8 MiB huge-page chunks (so that many small
@@ -78,10 +85,7 @@ struct HugePageAllocator {
   T* allocate(std::size_t n) {
     const std::size_t bytes = n * sizeof(T);
     if (bytes < huge_page) return std::allocator<T>().allocate(n);
-    void* p = std::aligned_alloc(huge_page, (bytes + huge_page - 1) / huge_page * huge_page);
-    if (p == nullptr) throw std::bad_alloc();
-    advise_huge_pages(p, bytes);
-    return static_cast<T*>(p);
+    return static_cast<T*>(allocate_huge_pages(bytes));
   }
   void deallocate(T* p, std::size_t n) {
     if (n * sizeof(T) < huge_page) return std::allocator<T>().deallocate(p, n);
