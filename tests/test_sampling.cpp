@@ -1,7 +1,9 @@
 // The sampling transform, and the distribution of sampled generations against exact enumeration (chi-squared).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
+#include <random>
 #include <specdec/specdec.hpp>
 
 #include "support/chi_squared.hpp"
@@ -118,6 +120,30 @@ TEST_CASE("a row with one clear winner transforms to the same one-hot result on 
       transform_logits(row, {.temperature = temperature, .top_k = 5, .top_p = 0.5f}, p);
       CHECK(p == one_hot);
     }
+  }
+}
+
+TEST_CASE("argmax returns the lowest index of the maximum and is_flat tells a flat row, at every length and position", "[sampling]") {
+  std::mt19937 rng(5);
+  for (std::size_t n : {1u, 7u, 511u, 512u, 513u, 1024u, 1500u, 49152u}) {
+    for (int trial = 0; trial < 40; ++trial) {
+      // Few distinct values, so that ties are common, also across the 512-value blocks argmax works in.
+      std::vector<float> row(n);
+      std::uniform_int_distribution<int> value(-3, trial % 2 ? 3 : 0);
+      for (float& v : row) v = static_cast<float>(value(rng));
+      if (trial % 5 == 0) row[rng() % n] = 9.0f;  // a single winner anywhere, the last position included
+      if (trial % 7 == 0) row[n - 1] = 10.0f;
+      const auto expected = static_cast<Token>(std::max_element(row.begin(), row.end()) - row.begin());
+      REQUIRE(argmax(row) == expected);
+      const bool flat = std::all_of(row.begin(), row.end(), [&](float v) { return v == row[0]; });
+      REQUIRE(is_flat(row) == flat);
+    }
+    std::vector<float> row(n, -1e30f);
+    CHECK(is_flat(row));
+    CHECK(argmax(row) == 0);
+    row[n - 1] = 0.0f;  // one-hot at the end: the only differing value is the last one
+    CHECK(is_flat(row) == (n == 1));
+    CHECK(argmax(row) == static_cast<Token>(n - 1));
   }
 }
 

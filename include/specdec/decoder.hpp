@@ -149,7 +149,7 @@ class SpeculativeDecoder {
       ++report.draft_steps;
       const auto last = logits.rows() - 1;
       const std::span<const float> row(logits.row(last).data(), static_cast<std::size_t>(logits.cols()));
-      if (logits.row(last).maxCoeff() == logits.row(last).minCoeff()) break;
+      if (is_flat(row)) break;
       if (options.draft_p_min > 0.0f && top_probability(row) < options.draft_p_min) break;
       if constexpr (HasDraftBudget<Draft>) {
         if (i == 0) k = std::min<std::size_t>(k, draft_.model().draft_budget());
