@@ -121,7 +121,7 @@ TEST_CASE("adaptive draft length learns a verify cost that is not linear in the 
   // a third; each width's own offset from the line gets it right.
   AdaptiveDraftLength policy;
   const std::map<std::size_t, double> cost{{1, 1.0}, {3, 1.1}, {5, 1.2}, {9, 3.0}};
-  for (int round = 0; round < 400; ++round) {
+  for (int round = 0; round < 800; ++round) {
     const auto& [width, seconds] = *std::next(cost.begin(), round % 4);
     const std::size_t k = width - 1;
     policy.observe({.requested = k, .drafted = k, .accepted = k, .draft_steps = k, .draft_seconds = 0.0,
