@@ -14,7 +14,8 @@
 // plain_tokens_per_second), predicted (the cost model S = tau * t_AR / (d * t_d + t_v(w)), d the draft steps
 // per round and t_v(w) averaged over the rounds' verify widths, with t_AR, t_d and t_v sampled between the
 // configuration's own tasks, so in the same minutes as the runs: counters t_ar, t_d), predicted_table (the
-// same with the BM_Cost table measured before all runs), identical
+// same with the BM_Cost table measured before all runs), predicted_in_run (the same with the runs' own model-call
+// times: plain decoding's mean forward as t_AR, the speculative rounds' mean draft + verify time), identical
 // (1 when every task's tokens equal plain decoding's; -1 where only the distribution is the same).
 //
 // Environment: SPECDEC_MODEL (GGUF path), SPECDEC_THREADS (1), SPECDEC_BENCH_TOKENS (128),
@@ -267,6 +268,7 @@ void BM_CostClock(benchmark::State& state) {
 struct Totals {
   std::size_t tokens = 0, rounds = 0, drafted = 0, accepted = 0, draft_steps = 0;
   double seconds = 0;
+  double model_seconds = 0;  // inside the target's and the draft's forward calls, prompt processing excluded
   std::vector<std::size_t> drafted_at, accepted_at, verify_widths;
   std::vector<std::vector<Token>> outputs;
 
@@ -278,6 +280,7 @@ struct Totals {
     accepted += s.accepted_tokens;
     draft_steps += s.draft_forward_calls - prompt_draft_calls;
     seconds += s.total_seconds - s.prefill_seconds;
+    model_seconds += s.target_seconds + s.draft_seconds - s.prefill_seconds;
     drafted_at.resize(std::max(drafted_at.size(), s.drafted_at.size()));
     accepted_at.resize(drafted_at.size());
     for (std::size_t i = 0; i < s.drafted_at.size(); ++i) {
@@ -420,6 +423,14 @@ void BM_Speculative(benchmark::State& state, const std::string& kind, const std:
   state.counters["speedup"] = totals.rate() / plain.rate();
   state.counters["plain_tokens_per_second"] = plain.rate();
   state.counters["predicted"] = predicted;
+  // The same formula with the runs' own model-call times: t_AR the plain runs' mean forward, and the speculative
+  // rounds' mean time inside draft and verify calls. What it leaves out is only the time outside the model calls,
+  // so its gap to the measured speedup is that overhead; its gap to `predicted` is how much slower or faster the
+  // model calls ran inside decoding than in the cost samples.
+  state.counters["predicted_in_run"] =
+      plain.model_seconds > 0 && totals.model_seconds > 0
+          ? tau * (plain.model_seconds / static_cast<double>(plain.rounds)) / (totals.model_seconds / rounds)
+          : 0.0;
   state.counters["c"] = t_d / t_v.at(1);
   state.counters["identical"] = mode == "sampled" ? -1.0 : (totals.outputs == bench.plain_tokens.at(key) ? 1.0 : 0.0);
   for (std::size_t i = 0; i < totals.drafted_at.size(); ++i)

@@ -1,6 +1,9 @@
 // Greedy exactness, stop rules, streaming, reuse and argument errors of SpeculativeDecoder.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <numeric>
+
 #include <cmath>
 #include <limits>
 #include <specdec/specdec.hpp>
@@ -63,7 +66,18 @@ TEST_CASE("a perfect draft needs about n/(k+1) target calls and every proposal i
     CHECK(result.stats.accepted_tokens == result.stats.drafted_tokens);
     CHECK(result.stats.acceptance_rate() == 1.0);
     CHECK(result.stats.tokens_per_target_call() == Approx(60.0 / static_cast<double>(rounds)));
+    // One entry per round: the verify width (the last final token and the proposals) and its time.
+    const auto& s = result.stats;
+    REQUIRE(s.verify_widths.size() == rounds);
+    REQUIRE(s.verify_seconds.size() == rounds);
+    CHECK(std::accumulate(s.verify_widths.begin(), s.verify_widths.end(), std::size_t{0}) == rounds + s.drafted_tokens);
+    const double verify = std::accumulate(s.verify_seconds.begin(), s.verify_seconds.end(), 0.0);
+    CHECK(std::all_of(s.verify_seconds.begin(), s.verify_seconds.end(), [](double t) { return t >= 0.0; }));
+    CHECK(verify <= s.target_seconds + 1e-9);  // the rest is the prompt
   }
+  const auto plain = generate_autoregressive(target, Greedy{}, prompt, {.max_new_tokens = 60});
+  CHECK(plain.stats.verify_widths == std::vector<std::size_t>(60, 1));
+  CHECK(plain.stats.verify_seconds.size() == 60);
 }
 
 TEST_CASE("a bad draft is mostly rejected and the good draft sits in between", "[decoder]") {

@@ -76,6 +76,7 @@ class SpeculativeDecoder {
       report.verify_width = feed.size();
       stats.verify_widths.push_back(feed.size());
       report.verify_seconds = stats.target_seconds - before;
+      stats.verify_seconds.push_back(report.verify_seconds);
       const auto first_row = static_cast<Eigen::Index>(n - 1 - held);
       const auto row = [&](std::size_t i) {
         return std::span<const float>(logits.row(first_row + static_cast<Eigen::Index>(i)).data(), vocab);
@@ -197,10 +198,12 @@ Generation generate_autoregressive(Target& target, Acceptance acceptance, std::s
     detail::Emitter emitter(options, out, sequence);
     for (bool done = false; !done;) {
       const Token last = sequence.back();
+      const double before = stats.target_seconds;
       const Logits& logits = model.forward(std::span<const Token>(&last, 1), stats.target_seconds, stats.target_forward_calls);
       ++stats.rounds;
       stats.draft_lengths.push_back(0);
       stats.verify_widths.push_back(1);
+      stats.verify_seconds.push_back(stats.target_seconds - before);
       done = emitter.emit(session.sample(std::span<const float>(logits.row(0).data(), vocab), sequence.size()));
     }
   }

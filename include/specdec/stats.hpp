@@ -32,6 +32,7 @@ struct DecodeStats {
   std::vector<std::size_t> accepted_at;  // [draft position]: of those, accepted
   std::vector<std::size_t> draft_lengths;  // [round]: the draft length asked for in that round
   std::vector<std::size_t> verify_widths;  // [round]: positions the target scored in that round's verify call
+  std::vector<double> verify_seconds;      // [round]: wall time of that verify call
   double draft_seconds = 0.0;   // wall time inside the draft's forward calls
   double target_seconds = 0.0;  // wall time inside the target's forward calls
   double prefill_seconds = 0.0;  // of target_seconds + draft_seconds: spent on the prompt
