@@ -439,6 +439,67 @@ void BM_Speculative(benchmark::State& state, const std::string& kind, const std:
   state.SetItemsProcessed(static_cast<std::int64_t>(totals.tokens));
 }
 
+/// The adaptive draft length against every fixed k of a draft and plain decoding, interleaved task by task: each
+/// task is decoded adaptively, then with each fixed k, then plainly, so that all of them see the machine in the
+/// same minutes. (Run one configuration after another, as BM_Speculative does, a slow phase of the machine that
+/// falls on the adaptive run alone decides the comparison; here it cannot.) Counters: speedup_adaptive,
+/// speedup_k<k>, best_k, adaptive_over_best (adaptive / the best fixed k), identical (adaptive greedy == plain).
+void BM_Interleaved(benchmark::State& state, const std::string& kind, const std::string& mode, const std::string& draft_name,
+                    const std::vector<std::size_t>& ks) {
+  Bench& bench = Bench::get();
+  Totals adaptive, plain;
+  std::map<std::size_t, Totals> fixed;
+  bool identical = true;
+  for (auto _ : state) {
+    with_draft(draft_name, [&](auto& draft) {
+      const auto go = [&](auto acceptance) {
+        // One adaptive decoder for all tasks of the kind, as a long-lived one would be; its policy learns on.
+        SpeculativeDecoder adaptive_decoder(draft, bench.target, acceptance, AdaptiveDraftLength{});
+        // Every decode starts from empty models (the decoders here share them, and each tracks what it fed).
+        const auto reset = [&] {
+          draft.truncate(0);
+          bench.target.truncate(0);
+        };
+        std::uint64_t seed = 0;
+        for (const auto& task : bench.tasks) {
+          if (task.kind != kind) continue;
+          GenerateOptions options{.max_new_tokens = bench.max_new_tokens, .draft_length = *std::max_element(ks.begin(), ks.end()),
+                                  .stop_tokens = bench.tokenizer.stop_tokens(), .seed = mode == "sampled" ? ++seed : 0};
+          reset();
+          const auto g = adaptive_decoder.generate(task.prompt, options);
+          adaptive.add(g, g.stats.prompt_tokens > 1 && g.stats.draft_forward_calls > 0 ? 1 : 0);
+          for (std::size_t k : ks) {
+            reset();
+            options.draft_length = k;
+            const auto f = SpeculativeDecoder(draft, bench.target, acceptance).generate(task.prompt, options);
+            fixed[k].add(f, f.stats.prompt_tokens > 1 && f.stats.draft_forward_calls > 0 ? 1 : 0);
+          }
+          const auto p = generate_plain(mode, task.prompt, options);
+          identical = identical && p.tokens == g.tokens;
+          plain.add(p, 0);
+        }
+      };
+      if (mode == "sampled")
+        go(RejectionSampling{sampled_params()});
+      else
+        go(Greedy{});
+    });
+    state.SetIterationTime(adaptive.seconds);
+  }
+  double best = 0.0;
+  std::size_t best_k = 0;
+  for (const auto& [k, totals] : fixed) {
+    const double speedup = totals.rate() / plain.rate();
+    state.counters["speedup_k" + std::to_string(k)] = speedup;
+    if (speedup > best) best = speedup, best_k = k;
+  }
+  const double speedup = adaptive.rate() / plain.rate();
+  state.counters["speedup_adaptive"] = speedup;
+  state.counters["best_k"] = static_cast<double>(best_k);
+  state.counters["adaptive_over_best"] = best > 0 ? speedup / best : 0.0;
+  state.counters["identical"] = mode == "sampled" ? -1.0 : identical ? 1.0 : 0.0;
+}
+
 /// Registers everything in the order it must run: costs, then per kind and mode the plain baseline first.
 int register_all() {
   const auto drafts_env = split(env("SPECDEC_BENCH_DRAFTS", "ngram,early-exit:4,early-exit:10"));
@@ -488,6 +549,12 @@ int register_all() {
             ->Iterations(1)->UseManualTime()->Unit(benchmark::kSecond);
       }
     }
+  for (const auto& kind : kinds)
+    for (const auto& mode : split(env("SPECDEC_BENCH_MODES", "greedy,sampled")))
+      for (const auto& [d, draft_ks] : plan)
+        benchmark::RegisterBenchmark(("BM_Interleaved/" + kind + "/" + mode + "/" + d).c_str(), BM_Interleaved, kind, mode, d,
+                                     draft_ks)
+            ->Iterations(1)->UseManualTime()->Unit(benchmark::kSecond);
   benchmark::RegisterBenchmark("BM_Cost/clock/end", BM_CostClock)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
   return 0;
 }
