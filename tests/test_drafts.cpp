@@ -153,6 +153,53 @@ TEST_CASE("adaptive draft length falls back to plain decoding when drafts are re
   CHECK(policy.rate(0) > policy.rate(1));
 }
 
+TEST_CASE("a draft that is dear to catch up is probed only in a generation's first round", "[draft_length]") {
+  // Rejected drafts at k = 0; feeding the draft each token it missed costs 10% of a plain round (a model draft),
+  // above the 2% probe budget: after the one mid-generation probe that measures that, none until the next
+  // generation, whose first round probes (the draft holds the whole context then).
+  AdaptiveDraftLength policy;
+  const GenerateOptions options{.draft_length = 4};
+  std::size_t missed = 0;
+  const auto round = [&] {
+    const std::size_t k = policy.next(options);
+    policy.observe({.requested = k, .drafted = k, .accepted = 0, .draft_steps = k,
+                    .draft_seconds = k ? 0.3 * static_cast<double>(k) + 0.1 * static_cast<double>(missed) : 0.0,
+                    .caught_up = k ? missed : 0, .catch_up_seconds = k ? 0.1 * static_cast<double>(missed) : 0.0,
+                    .verify_width = k + 1, .verify_seconds = 1.0 + 0.05 * static_cast<double>(k)});
+    missed = k ? 0 : missed + 1;
+    return k;
+  };
+  std::vector<int> probes;
+  for (int r = 0; r < 400; ++r)
+    if (round() > 0) probes.push_back(r);
+  REQUIRE(probes.size() >= 2);
+  CHECK(probes.back() < 100);  // the probes before the catch-up cost was known, then none
+  policy.begin_generation();
+  CHECK(round() > 0);
+  for (int r = 0; r < 300; ++r) CHECK(round() == 0);
+}
+
+TEST_CASE("the decoder reports the tokens a draft catches up on after rounds without drafting", "[draft_length]") {
+  // A policy that skips drafting for 5 rounds, then drafts: the draft missed the 5 tokens of those rounds.
+  struct Scripted {
+    std::size_t rounds = 0;
+    std::vector<RoundReport> reports;
+    std::size_t next(const GenerateOptions&) { return rounds++ < 5 ? 0 : 2; }
+    void observe(const RoundReport& r) { reports.push_back(r); }
+  };
+  const ToyModelConfig cfg{.vocab = 16, .window = 2, .seed = 4, .scale = 3.0f};
+  ToyModel target(cfg), draft(cfg);
+  SpeculativeDecoder decoder(draft, target, Greedy{}, Scripted{});
+  const auto out = decoder.generate(std::vector<Token>{1, 2, 3}, {.max_new_tokens = 12});
+  const auto& reports = decoder.draft_length_policy().reports;
+  REQUIRE(reports.size() > 6);
+  for (std::size_t i = 0; i < 5; ++i) CHECK(reports[i].caught_up == 0);
+  CHECK(reports[5].caught_up == 5);
+  CHECK(reports[5].catch_up_seconds <= reports[5].draft_seconds);
+  CHECK(reports[6].caught_up == (reports[5].accepted == 2 ? 1u : 0u));  // the last proposal, never fed to the draft
+  CHECK(out.tokens.size() == 12);
+}
+
 TEST_CASE("adaptive draft length settles between the extremes when acceptance is moderate", "[draft_length]") {
   AdaptiveDraftLength policy;
   const GenerateOptions options{.draft_length = 8};

@@ -18,7 +18,10 @@ struct RoundReport {
   std::size_t drafted = 0;       // proposals made (fewer when the draft stopped early or the budget ran out)
   std::size_t accepted = 0;      // proposals the target accepted
   std::size_t draft_steps = 0;   // draft forward calls made in the round
-  double draft_seconds = 0.0;    // time inside those calls
+  double draft_seconds = 0.0;    // time inside those calls, and feeding the draft the tokens it missed
+  std::size_t caught_up = 0;     // tokens the draft was fed before drafting: those of rounds without drafting,
+                                 // and a fully accepted round's last proposal (the draft proposed it, never read it)
+  double catch_up_seconds = 0.0;  // of draft_seconds: the time feeding them
   std::size_t verify_width = 0;  // positions in the target's call
   double verify_seconds = 0.0;   // time inside the target's call
   double round_seconds = 0.0;    // wall time of the whole round (drafting, verifying, acceptance), callbacks excluded
@@ -48,7 +51,8 @@ struct FixedDraftLength {
 /// averages. The first round drafts one token. A new k replaces the current one only when it is predicted to be
 /// `hysteresis` better. Every `probe_interval` rounds at k > 0 one round drafts one token more than k; at k = 0
 /// a probe round runs after `probe_interval` rounds, the wait doubling (up to `max_probe_interval`) after probes
-/// that cost real drafting time. begin_generation() (called by the decoder per generate()) restarts the
+/// that cost real drafting time; a draft that is dear to catch up on missed tokens (more than `probe_budget` of
+/// a plain round per token, as a model draft's are) probes only in a generation's first round. begin_generation() (called by the decoder per generate()) restarts the
 /// learning counts and, at k = 0, probes at once. k never exceeds GenerateOptions::draft_length.
 class AdaptiveDraftLength {
  public:
@@ -61,6 +65,7 @@ class AdaptiveDraftLength {
   double hysteresis = 0.02;        // relative gain needed to change k
   std::size_t probe_interval = 8;        // rounds at k = 0 before the first probe; rounds between longer probes
   std::size_t max_probe_interval = 256;  // the longest wait between probes
+  double probe_budget = 0.02;      // what feeding a draft one missed token may cost, relative to a plain round
 
   std::size_t next(const GenerateOptions& options) {
     const std::size_t max_k = options.draft_length;
@@ -80,7 +85,12 @@ class AdaptiveDraftLength {
         return current_ + 1;
       }
     }
-    if (current_ == 0 && (probe_now_ || ++rounds_at_zero_ >= (wait_ = wait_ ? wait_ : probe_interval))) {
+    // A draft that must first be fed every token since its last round (a model) pays that on each probe; when
+    // that alone costs more per token than `probe_budget` of a plain round, probes wait for the first round of
+    // the next generation, where the draft holds the whole context already.
+    const bool catch_up_too_dear =
+        have_catch_up_ && catch_up_per_token_ >= probe_budget * (verify_seconds(1) + overhead_[0]);
+    if (current_ == 0 && (probe_now_ || (++rounds_at_zero_ >= (wait_ = wait_ ? wait_ : probe_interval) && !catch_up_too_dear))) {
       // The wait doubles after a probe that cost real time (a model draft catching up on the context); probes
       // of a draft that costs next to nothing (prompt lookup) stay frequent.
       if (!probe_now_) wait_ = cheap_probes_ ? probe_interval : std::min(2 * wait_, max_probe_interval);
@@ -110,7 +120,10 @@ class AdaptiveDraftLength {
     measured_ = true;
     if (probing_) cheap_probes_ = report.draft_seconds < 0.05 * report.verify_seconds;
     probing_ = false;
-    if (report.draft_steps > 0) update(t_draft_, report.draft_seconds / static_cast<double>(report.draft_steps), have_t_draft_);
+    if (report.draft_steps > 0)
+      update(t_draft_, (report.draft_seconds - report.catch_up_seconds) / static_cast<double>(report.draft_steps), have_t_draft_);
+    if (report.caught_up > 0)
+      update(catch_up_per_token_, report.catch_up_seconds / static_cast<double>(report.caught_up), have_catch_up_);
     if (report.verify_width > 0) observe_verify(static_cast<double>(report.verify_width), report.verify_seconds);
     // Time outside the model calls (draft bookkeeping, acceptance, sampling transforms), per kind of round.
     if (report.round_seconds > 0.0) {
@@ -232,6 +245,8 @@ class AdaptiveDraftLength {
   std::vector<bool> off_line_seen_;
   double t_draft_ = 0.0;          // seconds per draft step
   bool have_t_draft_ = false;
+  double catch_up_per_token_ = 0.0;  // seconds to feed the draft one token it missed
+  bool have_catch_up_ = false;
   bool measured_ = false;
   std::size_t current_ = 0;
   std::size_t rounds_at_zero_ = 0;
