@@ -500,6 +500,103 @@ void BM_Interleaved(benchmark::State& state, const std::string& kind, const std:
   state.counters["identical"] = mode == "sampled" ? -1.0 : identical ? 1.0 : 0.0;
 }
 
+/// A target that replays recorded greedy outputs: the row after each position is one-hot on the token plain
+/// greedy decoding produced there. With it, the real decoder, draft and draft-length policy run on the exact
+/// acceptance pattern of the real model, and time is virtual (see VirtualTime), so policies can be compared
+/// free of the machine's drift.
+class ReplayTarget {
+ public:
+  explicit ReplayTarget(std::size_t vocab) : vocab_(vocab) {}
+  void load(std::vector<Token> text) { text_ = std::move(text), held_ = 0; }
+  std::size_t vocab_size() const { return vocab_; }
+  std::size_t context_size() const { return held_; }
+  const Logits& forward(std::span<const Token> tokens) {
+    logits_.setConstant(static_cast<Eigen::Index>(tokens.size()), static_cast<Eigen::Index>(vocab_), -1e30f);
+    for (std::size_t j = 0; j < tokens.size(); ++j) {
+      const std::size_t next = held_ + j + 1;
+      logits_(static_cast<Eigen::Index>(j), next < text_.size() ? text_[next] : 0) = 0.0f;
+    }
+    held_ += tokens.size();
+    return logits_;
+  }
+  void truncate(std::size_t n) { held_ = std::min(held_, n); }
+
+ private:
+  std::size_t vocab_;
+  std::vector<Token> text_;  // prompt + recorded output
+  std::size_t held_ = 0;
+  Logits logits_;
+};
+
+/// A draft-length policy wrapper that replaces the decoder's measured times with a cost table's (t_v(w) for a
+/// verify pass of w positions, t_d per draft step, nothing outside the model calls) and adds them up.
+template <class Policy>
+struct VirtualTime {
+  Policy policy;
+  const std::map<std::size_t, double>* t_v = nullptr;
+  double t_d = 0.0;
+  double* clock = nullptr;
+
+  std::size_t next(const GenerateOptions& options) { return policy.next(options); }
+  void begin_generation() {
+    if constexpr (requires { policy.begin_generation(); }) policy.begin_generation();
+  }
+  void observe(RoundReport r) {
+    r.draft_seconds = static_cast<double>(r.draft_steps) * t_d;
+    r.catch_up_seconds = 0.0;
+    r.verify_seconds = verify_seconds(*t_v, static_cast<double>(r.verify_width));
+    r.round_seconds = r.draft_seconds + r.verify_seconds;
+    *clock += r.round_seconds;
+    policy.observe(r);
+  }
+};
+
+/// Greedy prompt lookup replayed on the recorded plain greedy outputs of a task kind, in virtual time from the
+/// cost table (BM_Cost): speedup of each fixed k and of the adaptive draft length over plain decoding (one
+/// t_v(1) per token). Deterministic: the same tasks and costs give the same numbers, whatever the machine is
+/// doing. Counters: replay_k<k>, replay_adaptive, replay_adaptive_over_best. Draft steps cost t_d; catching up
+/// and the time outside the model calls are left out (both under 1% of a round for prompt lookup here).
+void BM_Replay(benchmark::State& state, const std::string& kind, const std::string& draft_name,
+               const std::vector<std::size_t>& ks) {
+  Bench& bench = Bench::get();
+  const std::string key = kind + "/greedy";
+  if (!bench.plain_tokens.count(key)) detail::fail("BM_Replay needs BM_E2E/", key, "/plain to run first");
+  const auto& outputs = bench.plain_tokens.at(key);
+  const auto& t_v = bench.t_verify.at(kind);
+  const double t_d = bench.t_draft.at(kind).at(draft_name);
+  std::map<std::size_t, double> speedup;  // k -> speedup; adaptive under key 0
+  for (auto _ : state) {
+    const auto replay = [&](auto policy, std::size_t k) {
+      ReplayTarget target(bench.target.vocab_size());
+      double clock = 0.0;
+      std::size_t tokens = 0, task_index = 0;
+      with_draft(draft_name, [&](auto& draft) {
+        SpeculativeDecoder decoder(draft, target, Greedy{}, VirtualTime<decltype(policy)>{policy, &t_v, t_d, &clock});
+        for (const auto& task : bench.tasks) {
+          if (task.kind != kind) continue;
+          const auto& output = outputs.at(task_index++);
+          std::vector<Token> text = task.prompt;
+          text.insert(text.end(), output.begin(), output.end());
+          target.load(text);
+          draft.truncate(0);
+          const auto g = decoder.generate(task.prompt, {.max_new_tokens = output.size(), .draft_length = k});
+          if (g.tokens != output) detail::fail("replay of ", task.name, " did not reproduce its greedy output");
+          tokens += g.tokens.size();
+        }
+      });
+      return static_cast<double>(tokens) * t_v.at(1) / clock;
+    };
+    for (std::size_t k : ks) speedup[k] = replay(FixedDraftLength{}, k);
+    speedup[0] = replay(AdaptiveDraftLength{}, *std::max_element(ks.begin(), ks.end()));
+    state.SetIterationTime(1e-3);
+  }
+  double best = 0.0;
+  for (const auto& [k, s] : speedup)
+    if (k > 0) state.counters["replay_k" + std::to_string(k)] = s, best = std::max(best, s);
+  state.counters["replay_adaptive"] = speedup.at(0);
+  state.counters["replay_adaptive_over_best"] = speedup.at(0) / best;
+}
+
 /// Registers everything in the order it must run: costs, then per kind and mode the plain baseline first.
 int register_all() {
   const auto drafts_env = split(env("SPECDEC_BENCH_DRAFTS", "ngram,early-exit:4,early-exit:10"));
@@ -549,6 +646,13 @@ int register_all() {
             ->Iterations(1)->UseManualTime()->Unit(benchmark::kSecond);
       }
     }
+  const auto modes = split(env("SPECDEC_BENCH_MODES", "greedy,sampled"));
+  const bool greedy = std::find(modes.begin(), modes.end(), "greedy") != modes.end();
+  for (const auto& kind : kinds)
+    for (const auto& [d, draft_ks] : plan)
+      if (greedy && d.starts_with("ngram"))
+        benchmark::RegisterBenchmark(("BM_Replay/" + kind + "/greedy/" + d).c_str(), BM_Replay, kind, d, draft_ks)
+            ->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
   for (const auto& kind : kinds)
     for (const auto& mode : split(env("SPECDEC_BENCH_MODES", "greedy,sampled")))
       for (const auto& [d, draft_ks] : plan)
