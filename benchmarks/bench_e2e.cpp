@@ -424,9 +424,10 @@ void BM_Speculative(benchmark::State& state, const std::string& kind, const std:
   state.counters["plain_tokens_per_second"] = plain.rate();
   state.counters["predicted"] = predicted;
   // The same formula with the runs' own model-call times: t_AR the plain runs' mean forward, and the speculative
-  // rounds' mean time inside draft and verify calls. What it leaves out is only the time outside the model calls,
-  // so its gap to the measured speedup is that overhead; its gap to `predicted` is how much slower or faster the
-  // model calls ran inside decoding than in the cost samples.
+  // rounds' mean time inside draft and verify calls. It leaves out only the time outside the model calls, so
+  // its gap to the measured speedup is how much more of a speculative run than of a plain one that time takes;
+  // its gap to `predicted` is how much slower or faster the model calls ran inside decoding than in the cost
+  // samples.
   state.counters["predicted_in_run"] =
       plain.model_seconds > 0 && totals.model_seconds > 0
           ? tau * (plain.model_seconds / static_cast<double>(plain.rounds)) / (totals.model_seconds / rounds)
@@ -440,10 +441,11 @@ void BM_Speculative(benchmark::State& state, const std::string& kind, const std:
 }
 
 /// The adaptive draft length against every fixed k of a draft and plain decoding, interleaved task by task: each
-/// task is decoded adaptively, then with each fixed k, then plainly, so that all of them see the machine in the
-/// same minutes. (Run one configuration after another, as BM_Speculative does, a slow phase of the machine that
+/// task is decoded adaptively, with each fixed k and plainly, in an order that rotates from task to task, so
+/// that all of them see the machine in the same minutes. (Run one configuration after another, as BM_Speculative does, a slow phase of the machine that
 /// falls on the adaptive run alone decides the comparison; here it cannot.) Counters: speedup_adaptive,
-/// speedup_k<k>, best_k, adaptive_over_best (adaptive / the best fixed k), identical (adaptive greedy == plain).
+/// speedup_k<k>, best_k, adaptive_over_best (adaptive / the best fixed k), identical (1 when every greedy run,
+/// adaptive and fixed, gave plain decoding's tokens; -1 for sampling).
 void BM_Interleaved(benchmark::State& state, const std::string& kind, const std::string& mode, const std::string& draft_name,
                     const std::vector<std::size_t>& ks) {
   Bench& bench = Bench::get();
@@ -461,22 +463,39 @@ void BM_Interleaved(benchmark::State& state, const std::string& kind, const std:
           bench.target.truncate(0);
         };
         std::uint64_t seed = 0;
+        std::size_t task_index = 0;
         for (const auto& task : bench.tasks) {
           if (task.kind != kind) continue;
           GenerateOptions options{.max_new_tokens = bench.max_new_tokens, .draft_length = *std::max_element(ks.begin(), ks.end()),
                                   .stop_tokens = bench.tokenizer.stop_tokens(), .seed = mode == "sampled" ? ++seed : 0};
-          reset();
-          const auto g = adaptive_decoder.generate(task.prompt, options);
-          adaptive.add(g, g.stats.prompt_tokens > 1 && g.stats.draft_forward_calls > 0 ? 1 : 0);
-          for (std::size_t k : ks) {
+          // The runs of a task in a rotating order (adaptive, each fixed k, plain), so that no configuration
+          // always runs first or last.
+          const std::size_t runs = ks.size() + 2;
+          std::vector<Generation> results(runs);
+          for (std::size_t i = 0; i < runs; ++i) {
+            const std::size_t run = (i + task_index) % runs;
             reset();
-            options.draft_length = k;
-            const auto f = SpeculativeDecoder(draft, bench.target, acceptance).generate(task.prompt, options);
-            fixed[k].add(f, f.stats.prompt_tokens > 1 && f.stats.draft_forward_calls > 0 ? 1 : 0);
+            if (run == 0) {
+              results[run] = adaptive_decoder.generate(task.prompt, options);
+            } else if (run <= ks.size()) {
+              GenerateOptions fixed_options = options;
+              fixed_options.draft_length = ks[run - 1];
+              results[run] = SpeculativeDecoder(draft, bench.target, acceptance).generate(task.prompt, fixed_options);
+            } else {
+              results[run] = generate_plain(mode, task.prompt, options);
+            }
           }
-          const auto p = generate_plain(mode, task.prompt, options);
-          identical = identical && p.tokens == g.tokens;
-          plain.add(p, 0);
+          ++task_index;
+          const auto prompt_calls = [](const Generation& g) {
+            return g.stats.prompt_tokens > 1 && g.stats.draft_forward_calls > 0 ? std::size_t{1} : std::size_t{0};
+          };
+          adaptive.add(results[0], prompt_calls(results[0]));
+          for (std::size_t i = 0; i < ks.size(); ++i) {
+            fixed[ks[i]].add(results[i + 1], prompt_calls(results[i + 1]));
+            identical = identical && results[i + 1].tokens == results[runs - 1].tokens;
+          }
+          identical = identical && results[0].tokens == results[runs - 1].tokens;
+          plain.add(results[runs - 1], 0);
         }
       };
       if (mode == "sampled")
@@ -561,10 +580,13 @@ void BM_Replay(benchmark::State& state, const std::string& kind, const std::stri
   Bench& bench = Bench::get();
   const std::string key = kind + "/greedy";
   if (!bench.plain_tokens.count(key)) detail::fail("BM_Replay needs BM_E2E/", key, "/plain to run first");
+  if (!bench.t_verify.count(kind) || !bench.t_draft.count(kind) || !bench.t_draft.at(kind).count(draft_name))
+    detail::fail("BM_Replay needs BM_Cost/", kind, "/target and BM_Cost/", kind, "/draft/", draft_name, " to run first");
   const auto& outputs = bench.plain_tokens.at(key);
   const auto& t_v = bench.t_verify.at(kind);
   const double t_d = bench.t_draft.at(kind).at(draft_name);
-  std::map<std::size_t, double> speedup;  // k -> speedup; adaptive under key 0
+  std::map<std::size_t, double> speedup;  // k -> speedup of the fixed draft length
+  double adaptive = 0.0;
   for (auto _ : state) {
     const auto replay = [&](auto policy, std::size_t k) {
       ReplayTarget target(bench.target.vocab_size());
@@ -584,17 +606,16 @@ void BM_Replay(benchmark::State& state, const std::string& kind, const std::stri
           tokens += g.tokens.size();
         }
       });
-      return static_cast<double>(tokens) * t_v.at(1) / clock;
+      return clock > 0.0 ? static_cast<double>(tokens) * t_v.at(1) / clock : 0.0;
     };
     for (std::size_t k : ks) speedup[k] = replay(FixedDraftLength{}, k);
-    speedup[0] = replay(AdaptiveDraftLength{}, *std::max_element(ks.begin(), ks.end()));
+    adaptive = replay(AdaptiveDraftLength{}, *std::max_element(ks.begin(), ks.end()));
     state.SetIterationTime(1e-3);
   }
   double best = 0.0;
-  for (const auto& [k, s] : speedup)
-    if (k > 0) state.counters["replay_k" + std::to_string(k)] = s, best = std::max(best, s);
-  state.counters["replay_adaptive"] = speedup.at(0);
-  state.counters["replay_adaptive_over_best"] = speedup.at(0) / best;
+  for (const auto& [k, s] : speedup) state.counters["replay_k" + std::to_string(k)] = s, best = std::max(best, s);
+  state.counters["replay_adaptive"] = adaptive;
+  state.counters["replay_adaptive_over_best"] = best > 0.0 ? adaptive / best : 0.0;
 }
 
 /// Registers everything in the order it must run: costs, then per kind and mode the plain baseline first.

@@ -179,6 +179,22 @@ TEST_CASE("a draft that is dear to catch up is probed only in a generation's fir
   for (int r = 0; r < 300; ++r) CHECK(round() == 0);
 }
 
+TEST_CASE("adaptive draft length prices the catch-up a fully accepted round leaves the draft", "[draft_length]") {
+  // Every proposal accepted: the draft must read the round's last proposal before the next round. Two policies
+  // see the same rounds, one with that catch-up free and one where it costs 0.5; the draft step costs 0.1 in
+  // both (catch-up time is not a draft step), so they differ by exactly 0.5 per round of E(2) = 3 tokens.
+  AdaptiveDraftLength free_catch_up, dear_catch_up;
+  for (int round = 0; round < 50; ++round) {
+    for (double catch_up : {0.0, 0.5})
+      (catch_up > 0 ? dear_catch_up : free_catch_up)
+          .observe({.requested = 2, .drafted = 2, .accepted = 2, .draft_steps = 2, .draft_seconds = 0.2 + catch_up,
+                    .caught_up = 1, .catch_up_seconds = catch_up, .verify_width = 3, .verify_seconds = 1.0});
+  }
+  CHECK(free_catch_up.rate(0) == Approx(dear_catch_up.rate(0)));
+  CHECK(1.0 / dear_catch_up.rate(2) - 1.0 / free_catch_up.rate(2) == Approx(0.5 / 3.0));
+  CHECK(1.0 / free_catch_up.rate(2) == Approx((2 * 0.1 + 1.0) / 3.0));
+}
+
 TEST_CASE("the decoder reports the tokens a draft catches up on after rounds without drafting", "[draft_length]") {
   // A policy that skips drafting for 5 rounds, then drafts: the draft missed the 5 tokens of those rounds.
   struct Scripted {

@@ -140,6 +140,14 @@ TEST_CASE("argmax returns the lowest index of the maximum and is_flat tells a fl
     }
     std::vector<float> row(n, -1e30f);
     CHECK(is_flat(row));
+    if (n > 1300) {  // the maximum tied across blocks, the later block first to be seen as greater than block 0
+      row[1300] = row[700] = 9.0f;
+      CHECK(argmax(row) == 700);
+      row[700] = -1e30f;
+      row[n - 1] = 9.0f;  // tied between a full block and the tail
+      CHECK(argmax(row) == 1300);
+      row[1300] = row[n - 1] = -1e30f;
+    }
     CHECK(argmax(row) == 0);
     row[n - 1] = 0.0f;  // one-hot at the end: the only differing value is the last one
     CHECK(is_flat(row) == (n == 1));

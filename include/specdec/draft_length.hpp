@@ -44,8 +44,9 @@ struct FixedDraftLength {
 /// Chooses k each round to maximise expected tokens per unit time, E(k) / C(k), where, with L the number of
 /// tokens the draft proposes before stopping itself (a flat row, draft_p_min, its draft_budget()):
 ///   E(k) = 1 + sum_{j<k} P(L > j) prod_{i<=j} alpha_i   (alpha_i: acceptance at draft position i, once reached)
-///   C(k) = E[steps] * t_draft + E[t_verify(min(k, L) + 1)] + t_outside   (k = 0 is plain decoding)
-/// t_verify(w) is a line fitted by moving least squares to every verify pass; t_draft and t_outside (the round's
+///   C(k) = E[steps] * t_draft + E[t_verify(min(k, L) + 1)] + P(all accepted) * t_catch_up + t_outside
+/// (k = 0 is plain decoding; t_catch_up: feeding the draft one token, the last proposal of a fully accepted
+/// round, which it never read). t_verify(w) is a line fitted by moving least squares to every verify pass; t_draft and t_outside (the round's
 /// time outside the model calls, kept apart for rounds with and without drafting) are moving averages with
 /// outlier samples capped; alpha_i and P(L > j) start optimistic and are learned as weighted means, then moving
 /// averages. The first round drafts one token. A new k replaces the current one only when it is predicted to be
@@ -88,8 +89,8 @@ class AdaptiveDraftLength {
     // A draft that must first be fed every token since its last round (a model) pays that on each probe; when
     // that alone costs more per token than `probe_budget` of a plain round, probes wait for the first round of
     // the next generation, where the draft holds the whole context already.
-    const bool catch_up_too_dear =
-        have_catch_up_ && catch_up_per_token_ >= probe_budget * (verify_seconds(1) + overhead_[0]);
+    const bool catch_up_too_dear = catch_up_samples_ >= 3 &&
+                                   catch_up_per_token_ >= probe_budget * (verify_seconds(1) + overhead_[0]);
     if (current_ == 0 && (probe_now_ || (++rounds_at_zero_ >= (wait_ = wait_ ? wait_ : probe_interval) && !catch_up_too_dear))) {
       // The wait doubles after a probe that cost real time (a model draft catching up on the context); probes
       // of a draft that costs next to nothing (prompt lookup) stay frequent.
@@ -122,8 +123,10 @@ class AdaptiveDraftLength {
     probing_ = false;
     if (report.draft_steps > 0)
       update(t_draft_, (report.draft_seconds - report.catch_up_seconds) / static_cast<double>(report.draft_steps), have_t_draft_);
-    if (report.caught_up > 0)
+    if (report.caught_up > 0) {
       update(catch_up_per_token_, report.catch_up_seconds / static_cast<double>(report.caught_up), have_catch_up_);
+      ++catch_up_samples_;
+    }
     if (report.verify_width > 0) observe_verify(static_cast<double>(report.verify_width), report.verify_seconds);
     // Time outside the model calls (draft bookkeeping, acceptance, sampling transforms), per kind of round.
     if (report.round_seconds > 0.0) {
@@ -150,17 +153,22 @@ class AdaptiveDraftLength {
   /// large k cheap), plus the measured time a round spends outside the model calls (separately for rounds with
   /// and without drafting), so that k > 0 is chosen only when it pays in wall time.
   double rate(std::size_t k) const {
-    double expected = 1.0, run = 1.0, cost = 0.0, steps = 0.0;
+    // all_accepted: P(the round's proposals were all accepted); the draft never read the last of them, and is
+    // fed it (one token of catch-up) before the next round.
+    double expected = 1.0, run = 1.0, cost = 0.0, steps = 0.0, all_accepted = 0.0;
     for (std::size_t j = 0; j < k; ++j) {
       const double stops_here = at_least(j) - continues(j);  // P(L = j)
       cost += stops_here * verify_seconds(j + 1);
       steps += stops_here * static_cast<double>(j + 1);  // j proposals and the step that declined
+      if (j > 0) all_accepted += stops_here * run;
       expected += continues(j) * (run *= alpha(j));
     }
     const double full = at_least(k);
     cost += full * verify_seconds(k + 1);
     steps += full * static_cast<double>(k);
+    if (k > 0) all_accepted += full * run;
     cost += steps * (have_t_draft_ ? t_draft_ : 0.0);
+    cost += all_accepted * (have_catch_up_ ? catch_up_per_token_ : 0.0);
     const bool drafting = k > 0;
     if (cost > 0.0) cost += have_overhead_[drafting] ? overhead_[drafting] : (have_overhead_[0] ? overhead_[0] : 0.0);
     return cost > 0.0 ? expected / cost : 0.0;
@@ -247,6 +255,7 @@ class AdaptiveDraftLength {
   bool have_t_draft_ = false;
   double catch_up_per_token_ = 0.0;  // seconds to feed the draft one token it missed
   bool have_catch_up_ = false;
+  std::size_t catch_up_samples_ = 0;  // rounds behind that estimate (the probe rule waits for a few)
   bool measured_ = false;
   std::size_t current_ = 0;
   std::size_t rounds_at_zero_ = 0;
