@@ -272,8 +272,10 @@ struct Totals {
   std::vector<std::size_t> drafted_at, accepted_at, verify_widths;
   std::vector<std::vector<Token>> outputs;
 
-  void add(const Generation& g, std::size_t prompt_draft_calls) {
+  void add(const Generation& g) {
     const auto& s = g.stats;
+    // A draft's prompt processing is one of its forward calls (when it has a prompt to process), not a step.
+    const std::size_t prompt_draft_calls = s.prompt_tokens > 1 && s.draft_forward_calls > 0 ? 1 : 0;
     tokens += s.generated_tokens;
     rounds += s.rounds;
     drafted += s.drafted_tokens;
@@ -314,8 +316,8 @@ Totals run_tasks(const std::string& kind, const std::string& mode, Generate&& ge
     const GenerateOptions options{.max_new_tokens = bench.max_new_tokens, .stop_tokens = bench.tokenizer.stop_tokens(),
                                   .seed = mode == "sampled" ? ++seed : 0};
     const auto g = generate(task.prompt, options);
-    totals.add(g, g.stats.prompt_tokens > 1 && g.stats.draft_forward_calls > 0 ? 1 : 0);
-    if (paired) paired->add(generate_plain(mode, task.prompt, options), 0);
+    totals.add(g);
+    if (paired) paired->add(generate_plain(mode, task.prompt, options));
     if (after_task) after_task();
   }
   return totals;
@@ -442,8 +444,9 @@ void BM_Speculative(benchmark::State& state, const std::string& kind, const std:
 
 /// The adaptive draft length against every fixed k of a draft and plain decoding, interleaved task by task: each
 /// task is decoded adaptively, with each fixed k and plainly, in an order that rotates from task to task, so
-/// that all of them see the machine in the same minutes. (Run one configuration after another, as BM_Speculative does, a slow phase of the machine that
-/// falls on the adaptive run alone decides the comparison; here it cannot.) Counters: speedup_adaptive,
+/// that all of them see the machine in the same minutes. (Run one configuration after another, as
+/// BM_Speculative does, a slow phase of the machine that falls on the adaptive run alone decides the
+/// comparison; here it cannot.) Counters: speedup_adaptive,
 /// speedup_k<k>, best_k, adaptive_over_best (adaptive / the best fixed k), identical (1 when every greedy run,
 /// adaptive and fixed, gave plain decoding's tokens; -1 for sampling).
 void BM_Interleaved(benchmark::State& state, const std::string& kind, const std::string& mode, const std::string& draft_name,
@@ -486,16 +489,13 @@ void BM_Interleaved(benchmark::State& state, const std::string& kind, const std:
             }
           }
           ++task_index;
-          const auto prompt_calls = [](const Generation& g) {
-            return g.stats.prompt_tokens > 1 && g.stats.draft_forward_calls > 0 ? std::size_t{1} : std::size_t{0};
-          };
-          adaptive.add(results[0], prompt_calls(results[0]));
+          adaptive.add(results[0]);
           for (std::size_t i = 0; i < ks.size(); ++i) {
-            fixed[ks[i]].add(results[i + 1], prompt_calls(results[i + 1]));
+            fixed[ks[i]].add(results[i + 1]);
             identical = identical && results[i + 1].tokens == results[runs - 1].tokens;
           }
           identical = identical && results[0].tokens == results[runs - 1].tokens;
-          plain.add(results[runs - 1], 0);
+          plain.add(results[runs - 1]);
         }
       };
       if (mode == "sampled")
@@ -645,6 +645,7 @@ int register_all() {
     plan.emplace_back(d, own);
   }
   const auto kinds = split(env("SPECDEC_BENCH_KINDS", "grounded,chat,code"));
+  const auto modes = split(env("SPECDEC_BENCH_MODES", "greedy,sampled"));
   for (const auto& kind : kinds) {
     for (std::size_t w = 1; w <= max_k + 1; ++w)
       benchmark::RegisterBenchmark(("BM_Cost/" + kind + "/target/w" + std::to_string(w)).c_str(), BM_CostTarget, kind, w,
@@ -655,7 +656,7 @@ int register_all() {
           ->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
   }
   for (const auto& kind : kinds)
-    for (const auto& mode : split(env("SPECDEC_BENCH_MODES", "greedy,sampled"))) {
+    for (const auto& mode : modes) {
       const std::string prefix = "BM_E2E/" + kind + "/" + mode + "/";
       benchmark::RegisterBenchmark((prefix + "plain").c_str(), BM_Plain, kind, mode)
           ->Iterations(1)->UseManualTime()->Unit(benchmark::kSecond);
@@ -667,7 +668,6 @@ int register_all() {
             ->Iterations(1)->UseManualTime()->Unit(benchmark::kSecond);
       }
     }
-  const auto modes = split(env("SPECDEC_BENCH_MODES", "greedy,sampled"));
   const bool greedy = std::find(modes.begin(), modes.end(), "greedy") != modes.end();
   for (const auto& kind : kinds)
     for (const auto& [d, draft_ks] : plan)
@@ -675,7 +675,7 @@ int register_all() {
         benchmark::RegisterBenchmark(("BM_Replay/" + kind + "/greedy/" + d).c_str(), BM_Replay, kind, d, draft_ks)
             ->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
   for (const auto& kind : kinds)
-    for (const auto& mode : split(env("SPECDEC_BENCH_MODES", "greedy,sampled")))
+    for (const auto& mode : modes)
       for (const auto& [d, draft_ks] : plan)
         benchmark::RegisterBenchmark(("BM_Interleaved/" + kind + "/" + mode + "/" + d).c_str(), BM_Interleaved, kind, mode, d,
                                      draft_ks)

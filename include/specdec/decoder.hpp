@@ -142,10 +142,9 @@ class SpeculativeDecoder {
     std::vector<Token> feed(sequence.begin() + static_cast<std::ptrdiff_t>(held), sequence.end());
     const double before = stats.draft_seconds;
     if (feed.size() > 1) {  // catching up (after rounds without drafting): only the last position needs logits
-      const double catch_up_before = stats.draft_seconds;
       draft_.append(std::span<const Token>(feed).first(feed.size() - 1), stats.draft_seconds, stats.draft_forward_calls);
       report.caught_up = feed.size() - 1;
-      report.catch_up_seconds = stats.draft_seconds - catch_up_before;
+      report.catch_up_seconds = stats.draft_seconds - before;
       feed.erase(feed.begin(), feed.end() - 1);
     }
     for (std::size_t i = 0; i < k; ++i) {

@@ -45,16 +45,17 @@ struct FixedDraftLength {
 /// tokens the draft proposes before stopping itself (a flat row, draft_p_min, its draft_budget()):
 ///   E(k) = 1 + sum_{j<k} P(L > j) prod_{i<=j} alpha_i   (alpha_i: acceptance at draft position i, once reached)
 ///   C(k) = E[steps] * t_draft + E[t_verify(min(k, L) + 1)] + P(all accepted) * t_catch_up + t_outside
-/// (k = 0 is plain decoding; t_catch_up: feeding the draft one token, the last proposal of a fully accepted
-/// round, which it never read). t_verify(w) is a line fitted by moving least squares to every verify pass; t_draft and t_outside (the round's
-/// time outside the model calls, kept apart for rounds with and without drafting) are moving averages with
-/// outlier samples capped; alpha_i and P(L > j) start optimistic and are learned as weighted means, then moving
-/// averages. The first round drafts one token. A new k replaces the current one only when it is predicted to be
-/// `hysteresis` better. Every `probe_interval` rounds at k > 0 one round drafts one token more than k; at k = 0
-/// a probe round runs after `probe_interval` rounds, the wait doubling (up to `max_probe_interval`) after probes
-/// that cost real drafting time; a draft that is dear to catch up on missed tokens (more than `probe_budget` of
-/// a plain round per token, as a model draft's are) probes only in a generation's first round. begin_generation() (called by the decoder per generate()) restarts the
-/// learning counts and, at k = 0, probes at once. k never exceeds GenerateOptions::draft_length.
+/// (k = 0 is plain decoding; t_catch_up: feeding the draft one token, the last proposal of a fully accepted round,
+/// which it never read). t_verify(w) is a line fitted by moving least squares to every verify pass; t_draft, t_catch_up
+/// and t_outside (the round's time outside the model calls, kept apart for rounds with and without drafting) are moving
+/// averages with outlier samples capped; alpha_i and P(L > j) start optimistic and are learned as weighted means, then
+/// moving averages. The first round drafts one token. A new k replaces the current one only when it is predicted to be
+/// `hysteresis` better. Every `probe_interval` rounds at k > 0 one round drafts one token more than k; at k = 0 a probe
+/// round runs after `probe_interval` rounds, the wait doubling (up to `max_probe_interval`) after probes that cost real
+/// drafting time; a draft that is dear to catch up on missed tokens (more than `probe_budget` of a plain round per
+/// token, as a model draft's are) probes only in a generation's first round. begin_generation() (called by the decoder
+/// per generate()) restarts the learning counts and, at k = 0, probes at once. k never exceeds
+/// GenerateOptions::draft_length.
 class AdaptiveDraftLength {
  public:
   // Defaults tuned by replaying the benchmark's greedy prompt-lookup tasks against two measured cost tables
@@ -91,7 +92,8 @@ class AdaptiveDraftLength {
     // the next generation, where the draft holds the whole context already.
     const bool catch_up_too_dear = catch_up_samples_ >= 3 &&
                                    catch_up_per_token_ >= probe_budget * (verify_seconds(1) + overhead_[0]);
-    if (current_ == 0 && (probe_now_ || (++rounds_at_zero_ >= (wait_ = wait_ ? wait_ : probe_interval) && !catch_up_too_dear))) {
+    if (current_ == 0 &&
+        (probe_now_ || (++rounds_at_zero_ >= (wait_ = wait_ ? wait_ : probe_interval) && !catch_up_too_dear))) {
       // The wait doubles after a probe that cost real time (a model draft catching up on the context); probes
       // of a draft that costs next to nothing (prompt lookup) stay frequent.
       if (!probe_now_) wait_ = cheap_probes_ ? probe_interval : std::min(2 * wait_, max_probe_interval);
@@ -122,9 +124,11 @@ class AdaptiveDraftLength {
     if (probing_) cheap_probes_ = report.draft_seconds < 0.05 * report.verify_seconds;
     probing_ = false;
     if (report.draft_steps > 0)
-      update(t_draft_, (report.draft_seconds - report.catch_up_seconds) / static_cast<double>(report.draft_steps), have_t_draft_);
+      update(t_draft_, (report.draft_seconds - report.catch_up_seconds) / static_cast<double>(report.draft_steps),
+             have_t_draft_);
     if (report.caught_up > 0) {
-      update(catch_up_per_token_, report.catch_up_seconds / static_cast<double>(report.caught_up), have_catch_up_);
+      bool known = catch_up_samples_ > 0;
+      update(catch_up_per_token_, report.catch_up_seconds / static_cast<double>(report.caught_up), known);
       ++catch_up_samples_;
     }
     if (report.verify_width > 0) observe_verify(static_cast<double>(report.verify_width), report.verify_seconds);
@@ -168,7 +172,7 @@ class AdaptiveDraftLength {
     steps += full * static_cast<double>(k);
     if (k > 0) all_accepted += full * run;
     cost += steps * (have_t_draft_ ? t_draft_ : 0.0);
-    cost += all_accepted * (have_catch_up_ ? catch_up_per_token_ : 0.0);
+    cost += all_accepted * catch_up_per_token_;  // 0 until measured
     const bool drafting = k > 0;
     if (cost > 0.0) cost += have_overhead_[drafting] ? overhead_[drafting] : (have_overhead_[0] ? overhead_[0] : 0.0);
     return cost > 0.0 ? expected / cost : 0.0;
@@ -254,7 +258,6 @@ class AdaptiveDraftLength {
   double t_draft_ = 0.0;          // seconds per draft step
   bool have_t_draft_ = false;
   double catch_up_per_token_ = 0.0;  // seconds to feed the draft one token it missed
-  bool have_catch_up_ = false;
   std::size_t catch_up_samples_ = 0;  // rounds behind that estimate (the probe rule waits for a few)
   bool measured_ = false;
   std::size_t current_ = 0;

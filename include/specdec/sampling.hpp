@@ -145,7 +145,7 @@ inline void transform_logits(std::span<const float> row, const SamplingParams& p
   // of 49k).
   if (params.top_p < 1.0f) {
     const float gap = 100.0f * params.temperature;
-    const auto top = static_cast<std::size_t>(std::find(row.begin(), row.end(), max) - row.begin());  // argmax
+    const auto top = static_cast<std::size_t>(argmax(row));
     const float second = std::max(top > 0 ? logits.head(static_cast<Eigen::Index>(top)).maxCoeff() : -INFINITY,
                                   top + 1 < n ? logits.tail(static_cast<Eigen::Index>(n - top - 1)).maxCoeff() : -INFINITY);
     if (second < max - gap) {
