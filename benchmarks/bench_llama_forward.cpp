@@ -1,13 +1,20 @@
 // Forward-pass cost of the reference llama (SmolLM2-135M) per weight format and positions per call, against
-// the memory-bandwidth floor (weight bytes streamed per forward / read bandwidth measured here).
+// the memory-bandwidth floor (weight bytes streamed per forward / read bandwidth measured here) and, for the
+// float formats, against the multiply-add peak measured here.
 //
 //   SPECDEC_MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf SPECDEC_THREADS=2 ./bench_llama_forward
 //
 // BM_LlamaForward_<format>/<n>: with 256 positions in the context (SPECDEC_CONTEXT overrides), forward n more
 // and truncate back.
-// Counters: weight_bytes (streamed per forward), GB/s (weight bytes / time), floor_fraction (bandwidth floor
-// time / measured time; 1 = memory-bound at full bandwidth), all per wall-clock time. BM_MemoryBandwidth: read
-// bandwidth of a 512 MB sum. On a shared machine run with --benchmark_repetitions=5 and read the _min rows.
+// Counters: weight_bytes (streamed per forward), GB/s (weight bytes / time), bandwidth_GB/s (read bandwidth
+// measured just before and just after this benchmark's timed loop, their mean), floor_fraction (bandwidth
+// floor time / measured time, against that adjacent bandwidth; 1 = memory-bound at full bandwidth), and for f32
+// and bf16 fma_fraction (n·weights multiply-adds / time, against the BM_FmaPeak rate; 1 = every core issuing
+// one 16-lane FMA per cycle). The shared machine's memory bandwidth drifts by 2x over minutes, so a floor
+// measured once for the whole run says little about a benchmark run minutes later.
+// BM_MemoryBandwidth: read bandwidth of a 256 MB sum, best of 3. BM_FmaPeak: 16-lane FMAs per second with
+// every thread issuing independent FMAs from registers.
+// On a shared machine run with --benchmark_repetitions=5.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -41,31 +48,72 @@ std::shared_ptr<specdec::llama::ThreadPool> shared_pool() {
   return pool;
 }
 
-/// Bytes per second of summing a 512 MB buffer, best of 5, on the configured threads.
+/// Bytes per second of summing a 256 MB buffer (allocated once), best of 3, on the configured threads.
 double read_bandwidth() {
-  static const double bandwidth = [] {
-    const std::size_t count = (std::size_t{512} << 20) / sizeof(float);
-    // Huge pages, as the packed weights use: with 4 KiB pages this measured 25-30% less than the weights stream.
-    std::vector<float, specdec::llama::detail::HugePageAllocator<float>> buffer(count, 1.0f);
-    auto& pool = *shared_pool();
-    std::vector<float> sums(pool.threads());
-    double best = 0.0;
-    constexpr std::size_t chunk = std::size_t{1} << 18;  // floats per task (1 MB)
-    for (int rep = 0; rep < 5; ++rep) {
-      const auto start = std::chrono::steady_clock::now();
-      pool.parallel_for(count / chunk, [&](std::size_t task, std::size_t slot) {
-        float lanes[32] = {};
-        for (std::size_t i = task * chunk; i < (task + 1) * chunk; i += 32)
-          for (std::size_t l = 0; l < 32; ++l) lanes[l] += buffer[i + l];
-        for (float v : lanes) sums[slot] += v;
-      });
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      benchmark::DoNotOptimize(sums.data());
-      best = std::max(best, double(count * sizeof(float)) / seconds);
-    }
-    return best;
-  }();
-  return bandwidth;
+  const std::size_t count = (std::size_t{256} << 20) / sizeof(float);
+  // Huge pages, as the packed weights use: with 4 KiB pages this measured 25-30% less than the weights stream.
+  static std::vector<float, specdec::llama::detail::HugePageAllocator<float>> buffer(count, 1.0f);
+  auto& pool = *shared_pool();
+  std::vector<float> sums(pool.threads());
+  double best = 0.0;
+  constexpr std::size_t chunk = std::size_t{1} << 18;  // floats per task (1 MB)
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    pool.parallel_for(count / chunk, [&](std::size_t task, std::size_t slot) {
+      float lanes[32] = {};
+      for (std::size_t i = task * chunk; i < (task + 1) * chunk; i += 32)
+        for (std::size_t l = 0; l < 32; ++l) lanes[l] += buffer[i + l];
+      for (float v : lanes) sums[slot] += v;
+    });
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    benchmark::DoNotOptimize(sums.data());
+    best = std::max(best, double(count * sizeof(float)) / seconds);
+  }
+  return best;
+}
+
+/// 16-lane float multiply-adds per second with every thread of the pool issuing 12 independent FMA chains
+/// from registers for about 50 ms: the machine's compute peak for the float kernels. 0 without AVX-512.
+double fma_peak() {
+#if defined(__AVX512F__) && defined(__GNUC__)
+  auto& pool = *shared_pool();
+  constexpr long loops = 15'000'000;  // 12 FMAs each
+  double best = 0.0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    pool.parallel_for(pool.threads(), [](std::size_t, std::size_t) {
+      long n = loops;
+      __asm__ volatile(
+          "vxorps %%zmm0, %%zmm0, %%zmm0\n vmovaps %%zmm0, %%zmm1\n vmovaps %%zmm0, %%zmm2\n"
+          "vmovaps %%zmm0, %%zmm3\n vmovaps %%zmm0, %%zmm4\n vmovaps %%zmm0, %%zmm5\n vmovaps %%zmm0, %%zmm6\n"
+          "vmovaps %%zmm0, %%zmm7\n vmovaps %%zmm0, %%zmm8\n vmovaps %%zmm0, %%zmm9\n vmovaps %%zmm0, %%zmm10\n"
+          "vmovaps %%zmm0, %%zmm11\n vmovaps %%zmm0, %%zmm12\n vmovaps %%zmm0, %%zmm13\n"
+          "1:\n"
+          "vfmadd231ps %%zmm12, %%zmm13, %%zmm0\n vfmadd231ps %%zmm12, %%zmm13, %%zmm1\n"
+          "vfmadd231ps %%zmm12, %%zmm13, %%zmm2\n vfmadd231ps %%zmm12, %%zmm13, %%zmm3\n"
+          "vfmadd231ps %%zmm12, %%zmm13, %%zmm4\n vfmadd231ps %%zmm12, %%zmm13, %%zmm5\n"
+          "vfmadd231ps %%zmm12, %%zmm13, %%zmm6\n vfmadd231ps %%zmm12, %%zmm13, %%zmm7\n"
+          "vfmadd231ps %%zmm12, %%zmm13, %%zmm8\n vfmadd231ps %%zmm12, %%zmm13, %%zmm9\n"
+          "vfmadd231ps %%zmm12, %%zmm13, %%zmm10\n vfmadd231ps %%zmm12, %%zmm13, %%zmm11\n"
+          "dec %0\n jnz 1b\n"
+          : "+r"(n)
+          :
+          : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
+            "xmm12", "xmm13", "cc");
+    });
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, double(loops) * 12 * double(pool.threads()) / seconds);
+  }
+  return best;
+#else
+  return 0.0;
+#endif
+}
+
+/// fma_peak() measured once per process.
+double fma_peak_once() {
+  static const double peak = fma_peak();
+  return peak;
 }
 
 LlamaModel& model(WeightFormat format) {
@@ -91,16 +139,24 @@ void forward(benchmark::State& state, WeightFormat format) {
   m.truncate(0);
   m.forward(std::span(tokens.data(), context));
   const std::span<const specdec::Token> step(tokens.data() + context, tokens.size() - context);
+  const double bandwidth_before = read_bandwidth();
   for (auto _ : state) {
     benchmark::DoNotOptimize(m.forward(step).data());
     m.truncate(context);
   }
+  const double bandwidth = (bandwidth_before + read_bandwidth()) / 2;
   const double bytes = double(m.weight_bytes_per_forward());
   state.SetItemsProcessed(state.iterations() * state.range(0));
   state.counters["weight_bytes"] = bytes;
   state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["floor_fraction"] =
-      benchmark::Counter(bytes / read_bandwidth(), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["bandwidth_GB/s"] = bandwidth / 1e9;
+  state.counters["floor_fraction"] = benchmark::Counter(bytes / bandwidth, benchmark::Counter::kIsIterationInvariantRate);
+  const double bytes_per_weight = format == WeightFormat::f32 ? 4.0 : format == WeightFormat::bf16 ? 2.0 : 0.0;
+  if (bytes_per_weight > 0 && fma_peak_once() > 0) {
+    const double vector_fmas = bytes / bytes_per_weight * double(state.range(0)) / 16;
+    state.counters["fma_fraction"] =
+        benchmark::Counter(vector_fmas / fma_peak_once(), benchmark::Counter::kIsIterationInvariantRate);
+  }
   state.counters["threads"] = double(threads());
 }
 
@@ -111,8 +167,17 @@ void BM_LlamaForward_quantized(benchmark::State& state) { forward(state, WeightF
 void BM_LlamaForward_quantized_dot(benchmark::State& state) { forward(state, WeightFormat::quantized_dot); }
 
 void BM_MemoryBandwidth(benchmark::State& state) {
-  for (auto _ : state) benchmark::DoNotOptimize(read_bandwidth());
-  state.counters["GB/s"] = read_bandwidth() / 1e9;
+  double bandwidth = 0.0;
+  for (auto _ : state) bandwidth = read_bandwidth();
+  state.counters["GB/s"] = bandwidth / 1e9;
+  state.counters["threads"] = double(threads());
+}
+
+void BM_FmaPeak(benchmark::State& state) {
+  double peak = 0.0;
+  for (auto _ : state) peak = fma_peak_once();
+  if (peak == 0.0) state.SkipWithError("needs AVX-512 and GCC-style inline assembly");
+  state.counters["vector_FMA_per_ns"] = peak / 1e9;
   state.counters["threads"] = double(threads());
 }
 
@@ -126,6 +191,7 @@ void positions(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_MemoryBandwidth)->Iterations(1)->Repetitions(1);
+BENCHMARK(BM_FmaPeak)->Iterations(1)->Repetitions(1);
 BENCHMARK(BM_LlamaForward_f32)->Apply(positions);
 BENCHMARK(BM_LlamaForward_bf16)->Apply(positions);
 BENCHMARK(BM_LlamaForward_bf16_dot)->Apply(positions);
