@@ -9,9 +9,10 @@
 // Counters: weight_bytes (streamed per forward), GB/s (weight bytes / time), bandwidth_GB/s (read bandwidth
 // measured just before and just after this benchmark's timed loop, their mean), floor_fraction (bandwidth
 // floor time / measured time, against that adjacent bandwidth; 1 = memory-bound at full bandwidth), and for f32
-// and bf16 fma_fraction (n·weights multiply-adds / time, against the BM_FmaPeak rate; 1 = every core issuing
-// one 16-lane FMA per cycle). The shared machine's memory bandwidth drifts by 2x over minutes, so a floor
-// measured once for the whole run says little about a benchmark run minutes later.
+// and bf16 fma_fraction (n·weights multiply-adds / time, against the BM_FmaPeak rate measured once at
+// start-up; 1 = that rate, one 16-lane FMA per cycle per core on Zen 4). The shared machine's memory bandwidth
+// drifts by 2x over minutes, so a floor measured once for the whole run says little about a benchmark run
+// minutes later.
 // BM_MemoryBandwidth: read bandwidth of a 256 MB sum, best of 3. BM_FmaPeak: 16-lane FMAs per second with
 // every thread issuing independent FMAs from registers.
 // On a shared machine run with --benchmark_repetitions=5.
