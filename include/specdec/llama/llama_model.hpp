@@ -170,8 +170,10 @@ class Transformer {
         float* v = rows + i * stride + h * c.head_dim;
         for (std::size_t j = 0; j < pairs; ++j) {
           const float cos = table[2 * j], sin = table[2 * j + 1], a = v[2 * j], b = v[2 * j + 1];
-          v[2 * j] = a * cos - b * sin;
-          v[2 * j + 1] = a * sin + b * cos;
+          // Explicit fmas: written as a·cos − b·sin, GCC 12 at -O3 fuses the pair into vfmaddsub even under
+          // -ffp-contract=off, and at -O2 does not, so the logits depended on the optimisation level.
+          v[2 * j] = std::fma(a, cos, -(b * sin));
+          v[2 * j + 1] = std::fma(a, sin, b * cos);
         }
       }
     }
