@@ -74,8 +74,9 @@ double read_bandwidth() {
 }
 
 /// 16-lane float multiply-adds per second with every thread of the pool issuing 12 independent FMA chains
-/// from registers for about 50 ms: the machine's compute peak for the float kernels. 0 without AVX-512.
-double fma_peak() {
+/// from registers for about 50 ms, best of 3: the machine's compute peak for the float kernels. 0 without
+/// AVX-512.
+double measure_fma_peak() {
 #if defined(__AVX512F__) && defined(__GNUC__)
   auto& pool = *shared_pool();
   constexpr long loops = 15'000'000;  // 12 FMAs each
@@ -111,9 +112,9 @@ double fma_peak() {
 #endif
 }
 
-/// fma_peak() measured once per process.
-double fma_peak_once() {
-  static const double peak = fma_peak();
+/// measure_fma_peak() once per process.
+double fma_peak() {
+  static const double peak = measure_fma_peak();
   return peak;
 }
 
@@ -153,10 +154,10 @@ void forward(benchmark::State& state, WeightFormat format) {
   state.counters["bandwidth_GB/s"] = bandwidth / 1e9;
   state.counters["floor_fraction"] = benchmark::Counter(bytes / bandwidth, benchmark::Counter::kIsIterationInvariantRate);
   const double bytes_per_weight = format == WeightFormat::f32 ? 4.0 : format == WeightFormat::bf16 ? 2.0 : 0.0;
-  if (bytes_per_weight > 0 && fma_peak_once() > 0) {
+  if (bytes_per_weight > 0 && fma_peak() > 0) {
     const double vector_fmas = bytes / bytes_per_weight * double(state.range(0)) / 16;
     state.counters["fma_fraction"] =
-        benchmark::Counter(vector_fmas / fma_peak_once(), benchmark::Counter::kIsIterationInvariantRate);
+        benchmark::Counter(vector_fmas / fma_peak(), benchmark::Counter::kIsIterationInvariantRate);
   }
   state.counters["threads"] = double(threads());
 }
@@ -176,7 +177,7 @@ void BM_MemoryBandwidth(benchmark::State& state) {
 
 void BM_FmaPeak(benchmark::State& state) {
   double peak = 0.0;
-  for (auto _ : state) peak = fma_peak_once();
+  for (auto _ : state) peak = fma_peak();
   if (peak == 0.0) state.SkipWithError("needs AVX-512 and GCC-style inline assembly");
   state.counters["vector_FMA_per_ns"] = peak / 1e9;
   state.counters["threads"] = double(threads());
