@@ -42,6 +42,8 @@ constexpr const char* kUsage = R"(usage: specdec-generate [options]
                             quantized_dot: integer dot products with inputs rounded to int8 per 32
                             columns; quantized multiplies the exact floats, about half as fast)
   --max-context N           KV cache positions (default 4096)
+  --kv-format F             KV cache element: f16 (half precision, as llama.cpp's default; half the bytes
+                            attention reads) | f32 (keys and values exactly as computed) (default f16)
   --compare                 also run plain decoding with the same settings
   --json                    print one JSON object instead of text and a summary
 )";
@@ -64,6 +66,7 @@ struct Args {
   std::uint64_t seed = 0;
   std::size_t threads = 1;
   llama::WeightFormat format = llama::WeightFormat::quantized_dot;
+  llama::KvFormat kv_format = llama::LoadOptions{}.kv_format;
   std::size_t max_context = 4096;
   bool compare = false;
   bool json = false;
@@ -116,6 +119,11 @@ Args parse_args(int argc, char** argv) {
         if (llama::to_string(format) == f) a.format = format, known = true;
       if (!known)
         throw UsageError("--format expects f32, bf16, bf16_dot, quantized or quantized_dot, got '" + std::string(f) + "'");
+    } else if (flag == "--kv-format") {
+      const std::string_view f = value();
+      if (f == "f16") a.kv_format = llama::KvFormat::f16;
+      else if (f == "f32") a.kv_format = llama::KvFormat::f32;
+      else throw UsageError("--kv-format expects f16 or f32, got '" + std::string(f) + "'");
     } else {
       throw UsageError("unknown argument '" + std::string(flag) + "' (see --help)");
     }
@@ -284,7 +292,7 @@ int run_main(int argc, char** argv) {
   const gguf::File file = gguf::File::open(args.model);
   const Tokenizer tokenizer = Tokenizer::from_gguf(file);
   LlamaModel target(llama::LlamaWeights::load(file, args.format), args.max_context,
-                    std::make_shared<llama::ThreadPool>(args.threads));
+                    std::make_shared<llama::ThreadPool>(args.threads), args.kv_format);
   const DraftSpec draft_spec = parse_draft(args.draft, target.config().layers);
 
   const std::string prompt_text = args.chat ? Tokenizer::chat_prompt(args.prompt) : args.prompt;
@@ -321,7 +329,8 @@ int run_main(int argc, char** argv) {
     case DraftSpec::Kind::model: {
       const gguf::File draft_file = gguf::File::open(draft_spec.path);
       llama::check_same_vocabulary(Tokenizer::from_gguf(draft_file), tokenizer);
-      LlamaModel draft(llama::LlamaWeights::load(draft_file, args.format), args.max_context, target.pool());
+      LlamaModel draft(llama::LlamaWeights::load(draft_file, args.format), args.max_context, target.pool(),
+                       args.kv_format);
       main_run = run_speculative(draft, target, args, prompt, options, tokenizer, stream);
       break;
     }

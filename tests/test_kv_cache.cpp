@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+
 #include <specdec/kv_cache.hpp>
 
 using specdec::KvCache;
@@ -58,4 +60,18 @@ TEST_CASE("kv cache reports overflow and bad arguments as specdec::Error", "[kv_
                     "kv cache append expects keys and values of [rows, 2], got [1, 3] and [1, 3]");
   CHECK_THROWS_WITH(cache.keys(1, 1), "kv cache layer 1 holds 0 positions, asked for 1");
   CHECK_THROWS_WITH(KvCache(0, 4, 2), "kv cache needs layers, capacity and width > 0, got 0, 4, 2");
+}
+
+TEST_CASE("kv cache stores any element type, such as half-precision bit patterns", "[kv_cache]") {
+  using HalfCache = specdec::BasicKvCache<std::uint16_t>;
+  HalfCache cache(1, 4, 2);
+  HalfCache::Rows keys(3, 2), values(3, 2);
+  keys << 0x3C00, 0x4000, 0x4200, 0x4400, 0x4500, 0x4600;  // 1..6 in half precision
+  values = keys.array() + std::uint16_t{1};
+  cache.append(0, keys, values);
+  cache.truncate(2);
+  CHECK(cache.size() == 2);
+  CHECK(cache.keys(0, 2) == keys.topRows(2));
+  CHECK(cache.values(0, 2) == values.topRows(2));
+  CHECK_THROWS_WITH(cache.append(0, keys, values), "kv cache overflow: layer 0 holds 2 of 4 positions, cannot append 3 more");
 }

@@ -14,16 +14,19 @@ namespace specdec {
 
 /// Key and value rows for each layer of a transformer, one row per position, in fixed-capacity
 /// row-major matrices allocated once. Rollback (truncate) only moves lengths: O(layers), no copy.
-class KvCache {
+/// Scalar is the stored element: float (KvCache), or a compact encoding a model converts itself (the llama
+/// model keeps IEEE half-precision bit patterns, std::uint16_t, to halve the bytes attention reads).
+template <class Scalar>
+class BasicKvCache {
  public:
-  using Rows = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;  // [capacity, width]
+  using Rows = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;  // [capacity, width]
   using RowsView = Eigen::Block<const Rows, Eigen::Dynamic, Eigen::Dynamic, true>;  // leading rows
   using MutableRowsView = Eigen::Block<Rows, Eigen::Dynamic, Eigen::Dynamic, true>;
 
-  KvCache() = default;
+  BasicKvCache() = default;
 
   /// requires: layers > 0, capacity > 0, width > 0.
-  KvCache(std::size_t layers, std::size_t capacity, std::size_t width)
+  BasicKvCache(std::size_t layers, std::size_t capacity, std::size_t width)
       : capacity_(capacity), width_(width), lengths_(layers, 0) {
     if (layers == 0 || capacity == 0 || width == 0)
       detail::fail("kv cache needs layers, capacity and width > 0, got ", layers, ", ", capacity, ", ", width);
@@ -105,5 +108,8 @@ class KvCache {
   std::vector<Rows> values_;          // per layer: [capacity, width]
   std::vector<std::size_t> lengths_;  // per layer: positions held
 };
+
+/// The float cache.
+using KvCache = BasicKvCache<float>;
 
 }  // namespace specdec

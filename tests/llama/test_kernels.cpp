@@ -2,8 +2,10 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "specdec/llama/detail/attention.hpp"
@@ -276,24 +278,32 @@ TEST_CASE("input quantisation for the dot kernels: the AVX-512 path writes the s
   }
 }
 
-TEST_CASE("grouped attention: the AVX-512 kernel and the portable path give the same bits, close to exact",
-          "[kernels]") {
+TEMPLATE_TEST_CASE("grouped attention: the AVX-512 kernel and the portable path give the same bits, close to exact",
+                   "[kernels]", float, std::uint16_t) {
+  // TestType: the stored keys' and values' element (std::uint16_t: half-precision bits, KvFormat::f16). The
+  // exact result is computed from the stored values, so both element types meet the same tolerance.
   using specdec::llama::detail::AttentionGroup;
   using specdec::llama::detail::key_block;
+  using specdec::llama::detail::kv_to_float;
+  const auto store = [](float x) {
+    if constexpr (std::is_same_v<TestType, float>) return x;
+    else return specdec::gguf::float_to_fp16(x);
+  };
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (std::size_t d : {std::size_t{64}, std::size_t{128}, std::size_t{20}}) {
     for (std::size_t heads : {std::size_t{1}, std::size_t{3}, std::size_t{6}}) {
       for (std::size_t keys : {std::size_t{1}, std::size_t{15}, std::size_t{16}, std::size_t{37}, std::size_t{200}}) {
         const std::size_t blocks = (keys + key_block - 1) / key_block, stride = blocks * key_block;
-        std::vector<float> q(heads * d), k(keys * d), v(keys * d), kt(blocks * key_block * d, 0.0f);
+        std::vector<float> q(heads * d);
+        std::vector<TestType> k(keys * d), v(keys * d), kt(blocks * key_block * d, TestType{});
         for (auto& x : q) x = normal(rng);
-        for (auto& x : k) x = normal(rng);
-        for (auto& x : v) x = normal(rng);
+        for (auto& x : k) x = store(normal(rng));
+        for (auto& x : v) x = store(normal(rng));
         for (std::size_t j = 0; j < keys; ++j)
           for (std::size_t c = 0; c < d; ++c) kt[(j / key_block) * d * key_block + c * key_block + j % key_block] = k[j * d + c];
         std::vector<float> fast(heads * d), portable(heads * d), scores(heads * stride);
-        AttentionGroup a{q.data(), d, heads, kt.data(), v.data(), keys, d, 1.0f / std::sqrt(float(d)),
+        AttentionGroup<TestType> a{q.data(), d, heads, kt.data(), v.data(), keys, d, 1.0f / std::sqrt(float(d)),
                          scores.data(), stride, fast.data(), d};
         specdec::llama::detail::attend_group(a);
         a.out = portable.data();
@@ -304,14 +314,14 @@ TEST_CASE("grouped attention: the AVX-512 kernel and the portable path give the 
           double max = -1e300, sum = 0.0;
           for (std::size_t j = 0; j < keys; ++j) {
             double s = 0.0;
-            for (std::size_t c = 0; c < d; ++c) s += double(q[h * d + c]) * double(k[j * d + c]);
+            for (std::size_t c = 0; c < d; ++c) s += double(q[h * d + c]) * double(kv_to_float(k[j * d + c]));
             p[j] = s / std::sqrt(double(d));
             max = std::max(max, p[j]);
           }
           for (auto& x : p) sum += (x = std::exp(x - max));
           for (std::size_t c = 0; c < d; ++c) {
             double exact = 0.0;
-            for (std::size_t j = 0; j < keys; ++j) exact += p[j] / sum * double(v[j * d + c]);
+            for (std::size_t j = 0; j < keys; ++j) exact += p[j] / sum * double(kv_to_float(v[j * d + c]));
             REQUIRE(std::abs(fast[h * d + c] - exact) <= 1e-5 * (1.0 + std::abs(exact)));
           }
         }

@@ -15,6 +15,7 @@ namespace {
 
 using specdec::Token;
 using specdec::llama::EarlyExitDraft;
+using specdec::llama::KvFormat;
 using specdec::llama::LlamaConfig;
 using specdec::llama::LlamaModel;
 using specdec::llama::LlamaWeights;
@@ -86,8 +87,9 @@ std::shared_ptr<const LlamaWeights> tiny_weights(WeightFormat format, const Tiny
 }
 
 /// Naive double-precision forward of a whole sequence from the file's dequantised tensors: [tokens, vocab].
+/// With `half_kv`, keys (after RoPE) and values are rounded to half precision, as KvFormat::f16 stores them.
 std::vector<std::vector<double>> reference_forward(const specdec::gguf::File& file, const std::vector<Token>& tokens,
-                                                   std::size_t layers) {
+                                                   std::size_t layers, bool half_kv = false) {
   const LlamaConfig c = LlamaConfig::from_gguf(file);
   auto tensor = [&](const std::string& name) {
     const auto values = specdec::gguf::dequantize(file.tensor(name));
@@ -132,6 +134,9 @@ std::vector<std::vector<double>> reference_forward(const specdec::gguf::File& fi
       const auto h = norm(xs[i], an);
       qs.push_back(matvec(wq, h)), ks.push_back(matvec(wk, h)), vs.push_back(matvec(wv, h));
       rope(qs.back(), i), rope(ks.back(), i);
+      if (half_kv)
+        for (auto* kv : {&ks.back(), &vs.back()})
+          for (double& x : *kv) x = specdec::gguf::fp16_to_float(specdec::gguf::float_to_fp16(float(x)));
     }
     for (std::size_t i = 0; i < xs.size(); ++i) {
       std::vector<double> concat(c.heads * c.head_dim, 0.0);
@@ -226,25 +231,30 @@ TEST_CASE("the forward pass matches a naive double-precision llama on a tiny ran
     const auto bytes = tiny_llama(separate_output(separate));
     const auto file = specdec::gguf::File::from_bytes(bytes);
     const auto tokens = random_tokens(12, 96, 1);
-    const auto expected = reference_forward(file, tokens, 2);
-    for (auto format : all_formats) {
-      CAPTURE(to_string(format));
-      LlamaModel model(LlamaWeights::load(file, format), 64, std::make_shared<ThreadPool>(2));
-      REQUIRE(model.weights()->tied() == !separate);
-      const auto& logits = model.forward(tokens);
-      REQUIRE(logits.rows() == 12);
-      REQUIRE(logits.cols() == 96);
-      for (std::size_t i = 0; i < tokens.size(); ++i) {
-        // f32 and quantized hold the file's values exactly; bf16 rounds them (and bf16_dot also the
-        // activations inside each product) to 8 significant bits; quantized_dot rounds the inputs of its
-        // quantised matrices to int8 per 32-column block (steps of max|x| / 127), which the random
-        // weights of this toy model amplify more than bf16 rounding.
-        double scale = 1.0;
-        for (double v : expected[i]) scale = std::max(scale, std::abs(v));
-        double tolerance = 2e-5 * scale;
-        if (format == WeightFormat::bf16 || format == WeightFormat::bf16_dot) tolerance = 5e-2 * scale;
-        if (format == WeightFormat::quantized_dot) tolerance = 1e-1 * scale;
-        for (std::size_t v = 0; v < 96; ++v) REQUIRE(std::abs(logits(i, v) - expected[i][v]) <= tolerance);
+    for (auto kv_format : {KvFormat::f32, KvFormat::f16}) {
+      for (auto format : all_formats) {
+        CAPTURE(to_string(format), to_string(kv_format));
+        const auto expected = reference_forward(file, tokens, 2, kv_format == KvFormat::f16);
+        LlamaModel model(LlamaWeights::load(file, format), 64, std::make_shared<ThreadPool>(2), kv_format);
+        REQUIRE(model.kv_format() == kv_format);
+        REQUIRE(model.weights()->tied() == !separate);
+        const auto& logits = model.forward(tokens);
+        REQUIRE(logits.rows() == 12);
+        REQUIRE(logits.cols() == 96);
+        for (std::size_t i = 0; i < tokens.size(); ++i) {
+          // f32 and quantized hold the file's values exactly; bf16 rounds them (and bf16_dot also the
+          // activations inside each product) to 8 significant bits; quantized_dot rounds the inputs of its
+          // quantised matrices to int8 per 32-column block (steps of max|x| / 127), which the random
+          // weights of this toy model amplify more than bf16 rounding. With the f16 cache the reference rounds
+          // keys and values too, from double instead of float, so now and then one lands a half-precision
+          // step away (measured: 5e-5; against a reference that does not round, 4e-3).
+          double scale = 1.0;
+          for (double v : expected[i]) scale = std::max(scale, std::abs(v));
+          double tolerance = (kv_format == KvFormat::f16 ? 1e-4 : 2e-5) * scale;
+          if (format == WeightFormat::bf16 || format == WeightFormat::bf16_dot) tolerance = 5e-2 * scale;
+          if (format == WeightFormat::quantized_dot) tolerance = 1e-1 * scale;
+          for (std::size_t v = 0; v < 96; ++v) REQUIRE(std::abs(logits(i, v) - expected[i][v]) <= tolerance);
+        }
       }
     }
   }
@@ -254,7 +264,7 @@ TEST_CASE("an early-exit draft runs the target's first layers with the target's 
   const auto file = specdec::gguf::File::from_bytes(tiny_llama());
   const auto tokens = random_tokens(9, 96, 2);
   const auto expected = reference_forward(file, tokens, 1);
-  LlamaModel target(LlamaWeights::load(file, WeightFormat::f32), 32, nullptr);
+  LlamaModel target(LlamaWeights::load(file, WeightFormat::f32), 32, nullptr, KvFormat::f32);
   EarlyExitDraft draft(target, 1);
   REQUIRE(draft.layers() == 1);
   REQUIRE(draft.weight_bytes_per_forward() < target.weight_bytes_per_forward());
@@ -263,10 +273,13 @@ TEST_CASE("an early-exit draft runs the target's first layers with the target's 
     for (std::size_t v = 0; v < 96; ++v) REQUIRE(std::abs(logits(i, v) - expected[i][v]) <= 2e-4);
   REQUIRE(target.context_size() == 0);
 
-  EarlyExitDraft full(target, 2);
-  const auto& draft_logits = full.forward(tokens);
-  const auto& target_logits = target.forward(tokens);
-  REQUIRE(std::memcmp(draft_logits.data(), target_logits.data(), draft_logits.size() * sizeof(float)) == 0);
+  for (auto kv_format : {KvFormat::f32, KvFormat::f16}) {  // a draft keeps its target's KV format
+    LlamaModel model(target.weights(), 32, nullptr, kv_format);
+    EarlyExitDraft full(model, 2);
+    const auto& draft_logits = full.forward(tokens);
+    const auto& target_logits = model.forward(tokens);
+    REQUIRE(std::memcmp(draft_logits.data(), target_logits.data(), draft_logits.size() * sizeof(float)) == 0);
+  }
   REQUIRE_THROWS_WITH(EarlyExitDraft(target, 3), Catch::Contains("1 to 2 layers, got 3"));
 }
 
@@ -275,13 +288,14 @@ TEST_CASE("a position's logits are bit-identical alone or in a batch, for every 
   const auto tokens = random_tokens(16, 96, 3);
   for (auto format : all_formats) {
     const auto weights = tiny_weights(format);
-    for (std::size_t threads : {1, 2}) {
-      CAPTURE(to_string(format), threads);
-      LlamaModel model(weights, 64, std::make_shared<ThreadPool>(threads));
-      require_batch_invariant(model, tokens);
-      EarlyExitDraft draft(model, 1);
-      require_batch_invariant(draft, tokens);
-    }
+    for (std::size_t threads : {1, 2})
+      for (auto kv_format : {KvFormat::f32, KvFormat::f16}) {
+        CAPTURE(to_string(format), threads, to_string(kv_format));
+        LlamaModel model(weights, 64, std::make_shared<ThreadPool>(threads), kv_format);
+        require_batch_invariant(model, tokens);
+        EarlyExitDraft draft(model, 1);
+        require_batch_invariant(draft, tokens);
+      }
   }
 }
 
@@ -357,8 +371,12 @@ TEST_CASE("SmolLM2 logits are bit-identical alone or in a batch, for every forma
     const auto weights = LlamaWeights::load(file, format);
     for (std::size_t threads : {1, 2}) {
       CAPTURE(to_string(format), threads);
-      LlamaModel model(weights, 32, std::make_shared<ThreadPool>(threads));
+      LlamaModel model(weights, 32, std::make_shared<ThreadPool>(threads));  // the default f16 cache
       require_batch_invariant(model, tokens);
+      if (format == WeightFormat::quantized_dot) {
+        LlamaModel f32_cache(weights, 32, std::make_shared<ThreadPool>(threads), KvFormat::f32);
+        require_batch_invariant(f32_cache, tokens);
+      }
     }
   }
 }

@@ -19,9 +19,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "specdec/error.hpp"
@@ -37,11 +39,19 @@
 
 namespace specdec::llama {
 
+/// How the KV cache stores keys and values. f16 (IEEE half precision, as llama.cpp's default cache) halves the
+/// bytes attention reads per token and the cache's memory; f32 keeps them exactly as computed. Either way a
+/// position's logits do not depend on batching or threads.
+enum class KvFormat { f32, f16 };
+
+inline const char* to_string(KvFormat format) { return format == KvFormat::f16 ? "f16" : "f32"; }
+
 /// How LlamaModel::load prepares a model.
 struct LoadOptions {
   WeightFormat format = WeightFormat::quantized_dot;  // the fastest on the reference machine (see the benchmark)
   std::size_t max_context = 2048;                 // positions the KV cache holds
   std::size_t threads = 1;                        // threads of the model's pool; 1 runs inline
+  KvFormat kv_format = KvFormat::f16;             // the KV cache's element
 };
 
 namespace detail {
@@ -50,17 +60,21 @@ namespace detail {
 class Transformer {
  public:
   Transformer(std::shared_ptr<const LlamaWeights> weights, std::size_t layers, std::size_t max_context,
-              std::shared_ptr<ThreadPool> pool)
-      : weights_(std::move(weights)), pool_(std::move(pool)), layers_(layers), max_context_(max_context) {
+              std::shared_ptr<ThreadPool> pool, KvFormat kv_format)
+      : weights_(std::move(weights)), pool_(std::move(pool)), layers_(layers), max_context_(max_context),
+        kv_format_(kv_format) {
     if (!weights_) specdec::detail::fail("llama model needs weights, got none");
     if (!pool_) pool_ = std::make_shared<ThreadPool>(1);
     const LlamaConfig& c = weights_->config();
     if (layers == 0 || layers > c.layers)
       specdec::detail::fail("llama model runs 1 to ", c.layers, " layers, got ", layers);
     if (max_context == 0) specdec::detail::fail("llama model needs max_context > 0, got 0");
-    kv_ = KvCache(layers * c.kv_heads, max_context, c.head_dim);
     blocks_ = (max_context + key_block - 1) / key_block;
-    keys_t_.assign(layers * c.kv_heads * blocks_ * key_block * c.head_dim, 0.0f);
+    with_kv([&](auto& kv, auto& keys_t) {
+      using Cache = std::remove_reference_t<decltype(kv)>;
+      kv = Cache(layers * c.kv_heads, max_context, c.head_dim);
+      keys_t.assign(layers * c.kv_heads * blocks_ * key_block * c.head_dim, 0);
+    });
     // RoPE table: θ_j = pos·base^(−2j/rope_dims), computed in double once.
     const std::size_t pairs = c.rope_dims / 2;
     rope_.resize(max_context * pairs * 2);
@@ -75,17 +89,20 @@ class Transformer {
   }
 
   const LlamaConfig& config() const { return weights_->config(); }
-  std::size_t context_size() const { return kv_.size(); }
+  std::size_t context_size() const { return kv_format_ == KvFormat::f16 ? kv16_.size() : kv32_.size(); }
   std::size_t max_context() const { return max_context_; }
   std::size_t layers() const { return layers_; }
-  void truncate(std::size_t n) { kv_.truncate(n); }
+  KvFormat kv_format() const { return kv_format_; }
+  void truncate(std::size_t n) {
+    with_kv([n](auto& kv, auto&) { kv.truncate(n); });
+  }
   const std::shared_ptr<const LlamaWeights>& weights() const { return weights_; }
   const std::shared_ptr<ThreadPool>& pool() const { return pool_; }
 
   /// Appends tokens; with `with_logits` false the final norm and output head are skipped (prompt processing).
   const Logits& forward(std::span<const Token> tokens, bool with_logits = true) {
     const LlamaConfig& c = config();
-    const std::size_t n = tokens.size(), start = kv_.size();
+    const std::size_t n = tokens.size(), start = context_size();
     if (n > max_context_ - start)
       specdec::detail::fail("context overflow: model holds ", start, " of max_context ", max_context_,
                             " positions, cannot append ", n, " more");
@@ -111,8 +128,10 @@ class Transformer {
       matmul(qkv, h_.data(), e, n, pool);
       rope(q_.data(), qw, c.heads, start, n);
       rope(k_.data(), kw, c.kv_heads, start, n);
-      store_kv(l, start, n);
-      attention(l, start, n);
+      with_kv([&](auto& kv, auto& keys_t) {
+        store_kv(kv, keys_t, l, start, n);
+        attention(kv, keys_t, l, start, n);
+      });
       matmul(MatmulOutput{&w.o, x_.data(), e, true}, attn_.data(), qw, n, pool);
 
       // 3. MLP: norm, gate and up projections, SwiGLU, down projection + residual.
@@ -131,6 +150,22 @@ class Transformer {
   }
 
  private:
+  template <class T>
+  using KeyBlocks = std::vector<T, HugePageAllocator<T>>;
+
+  /// Calls f(cache, transposed key blocks) for the cache of this model's KvFormat.
+  template <class F>
+  void with_kv(F&& f) {
+    if (kv_format_ == KvFormat::f16)
+      f(kv16_, keys_t16_);
+    else
+      f(kv32_, keys_t32_);
+  }
+
+  /// A computed key or value as the cache stores it.
+  static float to_kv(float v, float) { return v; }
+  static std::uint16_t to_kv(float v, std::uint16_t) { return gguf::float_to_fp16(v); }
+
   /// Grows the activation buffers to hold n positions (only when a bigger batch than ever before arrives).
   void reserve(std::size_t n) {
     if (n <= capacity_) return;
@@ -183,60 +218,70 @@ class Transformer {
   /// the Q/K/V product): the weight stream has evicted them since the last step, and a transposed key writes
   /// one value to each of head_dim lines, so waiting for each line in turn cost as much as the norms and RoPE.
   void prefetch_kv(std::size_t layer, std::size_t start, std::size_t n) {
+    with_kv([&](auto& kv, auto& keys_t) { prefetch_kv(kv, keys_t, layer, start, n); });
+  }
+  template <class Cache, class T>
+  void prefetch_kv(Cache& kv, KeyBlocks<T>& keys_t, std::size_t layer, std::size_t start, std::size_t n) {
     const LlamaConfig& c = config();
     const std::size_t d = c.head_dim;
-    const auto ask = [](const float* p, std::size_t floats) {
+    const auto ask = [](const T* p, std::size_t count) {
 #if defined(__GNUC__)
       const auto* bytes = reinterpret_cast<const char*>(p);
-      for (std::size_t b = 0; b < floats * sizeof(float); b += 64) __builtin_prefetch(bytes + b, 1);  // for writing
+      for (std::size_t b = 0; b < count * sizeof(T); b += 64) __builtin_prefetch(bytes + b, 1);  // for writing
 #else
-      (void)p, (void)floats;
+      (void)p, (void)count;
 #endif
     };
     for (std::size_t g = 0; g < c.kv_heads; ++g) {
       const std::size_t cache_layer = layer * c.kv_heads + g;
       const std::size_t first = start / key_block, last = (start + n - 1) / key_block;
-      ask(&keys_t_[(cache_layer * blocks_ + first) * key_block * d], (last - first + 1) * key_block * d);
-      ask(kv_.key_rows(cache_layer, static_cast<Eigen::Index>(start), static_cast<Eigen::Index>(n)).data(), n * d);
-      ask(kv_.value_rows(cache_layer, static_cast<Eigen::Index>(start), static_cast<Eigen::Index>(n)).data(), n * d);
+      ask(&keys_t[(cache_layer * blocks_ + first) * key_block * d], (last - first + 1) * key_block * d);
+      ask(kv.key_rows(cache_layer, static_cast<Eigen::Index>(start), static_cast<Eigen::Index>(n)).data(), n * d);
+      ask(kv.value_rows(cache_layer, static_cast<Eigen::Index>(start), static_cast<Eigen::Index>(n)).data(), n * d);
     }
   }
 
-  /// Appends the n new positions' keys (after RoPE) and values: rows of kv cache layer (l, g), and the keys
-  /// again into the transposed blocks the score loop reads.
-  void store_kv(std::size_t layer, std::size_t start, std::size_t n) {
+  /// Appends the n new positions' keys (after RoPE) and values, converted to the cache's element: rows of kv
+  /// cache layer (l, g), and the keys again into the transposed blocks the score loop reads.
+  template <class Cache, class T>
+  void store_kv(Cache& kv, KeyBlocks<T>& keys_t, std::size_t layer, std::size_t start, std::size_t n) {
     const LlamaConfig& c = config();
     const std::size_t d = c.head_dim, kw = c.kv_heads * d;
     for (std::size_t g = 0; g < c.kv_heads; ++g) {
       const std::size_t cache_layer = layer * c.kv_heads + g;
-      const auto begin = kv_.reserve(cache_layer, n);
-      float* keys = kv_.key_rows(cache_layer, begin, static_cast<Eigen::Index>(n)).data();
-      float* values = kv_.value_rows(cache_layer, begin, static_cast<Eigen::Index>(n)).data();
-      float* blocks = &keys_t_[cache_layer * blocks_ * key_block * d];
+      const auto begin = kv.reserve(cache_layer, n);
+      T* keys = kv.key_rows(cache_layer, begin, static_cast<Eigen::Index>(n)).data();
+      T* values = kv.value_rows(cache_layer, begin, static_cast<Eigen::Index>(n)).data();
+      T* blocks = &keys_t[cache_layer * blocks_ * key_block * d];
       for (std::size_t i = 0; i < n; ++i) {
         const float* k = &k_[i * kw + g * d];
-        std::copy(k, k + d, keys + i * d);
-        std::copy(&v_[i * kw + g * d], &v_[i * kw + g * d] + d, values + i * d);
+        const float* v = &v_[i * kw + g * d];
         const std::size_t pos = start + i;
-        float* column = blocks + (pos / key_block) * d * key_block + pos % key_block;
-        for (std::size_t j = 0; j < d; ++j) column[j * key_block] = k[j];
+        T* column = blocks + (pos / key_block) * d * key_block + pos % key_block;
+        for (std::size_t j = 0; j < d; ++j) {
+          const T key = to_kv(k[j], T{});
+          keys[i * d + j] = key;
+          column[j * key_block] = key;
+          values[i * d + j] = to_kv(v[j], T{});
+        }
       }
     }
   }
 
   /// attn_[i, head] = softmax(q·Kᵀ·scale) V over keys 0..start+i, per (position, kv head) with the query heads
   /// that share it, split across threads.
-  void attention(std::size_t layer, std::size_t start, std::size_t n) {
+  template <class Cache, class T>
+  void attention(const Cache& kv, const KeyBlocks<T>& keys_t, std::size_t layer, std::size_t start, std::size_t n) {
     const LlamaConfig& c = config();
     const std::size_t qw = c.heads * c.head_dim, d = c.head_dim, group = c.heads / c.kv_heads;
     pool_->parallel_for(n * c.kv_heads, [&](std::size_t task, std::size_t slot) {
       const std::size_t i = task / c.kv_heads, g = task % c.kv_heads, cache_layer = layer * c.kv_heads + g;
-      AttentionGroup a;
+      AttentionGroup<T> a;
       a.q = &q_[i * qw + g * group * d];
       a.q_stride = d;
       a.heads = group;
-      a.keys_t = &keys_t_[cache_layer * blocks_ * key_block * d];
-      a.values = kv_.values(cache_layer, start + n).data();
+      a.keys_t = &keys_t[cache_layer * blocks_ * key_block * d];
+      a.values = kv.values(cache_layer, start + n).data();
       a.keys = start + i + 1;
       a.d = d;
       a.scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -252,9 +297,15 @@ class Transformer {
   std::shared_ptr<ThreadPool> pool_;
   std::size_t layers_;
   std::size_t max_context_;
-  KvCache kv_;                 // layer l, kv head g at cache layer l·kv_heads + g: [max_context, head_dim]
+  KvFormat kv_format_;
+  // The cache of kv_format_ (the other stays empty). Layer l, kv head g at cache layer l·kv_heads + g:
+  // [max_context, head_dim]; f16 holds half-precision bit patterns.
+  KvCache kv32_;
+  BasicKvCache<std::uint16_t> kv16_;
   std::size_t blocks_ = 0;     // blocks of key_block positions that max_context needs
-  std::vector<float, HugePageAllocator<float>> keys_t_;  // per cache layer: [blocks][head_dim][key_block], the keys (after RoPE) again
+  // Per cache layer: [blocks][head_dim][key_block], the keys (after RoPE) again, in the cache's element.
+  KeyBlocks<float> keys_t32_;
+  KeyBlocks<std::uint16_t> keys_t16_;
   std::vector<float> rope_;    // [max_context, rope_dims / 2, (cos, sin)]
   std::size_t score_stride_ = 0;  // blocks_·key_block
   std::vector<float> scores_;  // [threads, group, score_stride]: attention scratch per thread
@@ -283,13 +334,14 @@ class LlamaModel {
   static LlamaModel load(const std::filesystem::path& path, const LoadOptions& options = {}) {
     const gguf::File file = gguf::File::open(path);
     return LlamaModel(LlamaWeights::load(file, options.format), options.max_context,
-                      std::make_shared<ThreadPool>(options.threads));
+                      std::make_shared<ThreadPool>(options.threads), options.kv_format);
   }
 
   /// A model over shared weights with its own KV cache of max_context positions, running on `pool`
   /// (which a draft may share; nullptr means one thread). requires: weights != nullptr, max_context > 0.
-  LlamaModel(std::shared_ptr<const LlamaWeights> weights, std::size_t max_context, std::shared_ptr<ThreadPool> pool)
-      : state_(weights, weights ? weights->config().layers : 0, max_context, std::move(pool)) {}
+  LlamaModel(std::shared_ptr<const LlamaWeights> weights, std::size_t max_context, std::shared_ptr<ThreadPool> pool,
+             KvFormat kv_format = LoadOptions{}.kv_format)
+      : state_(weights, weights ? weights->config().layers : 0, max_context, std::move(pool), kv_format) {}
 
   std::size_t vocab_size() const { return state_.config().vocab; }
   /// Tokens held in the context.
@@ -306,6 +358,7 @@ class LlamaModel {
   const LlamaConfig& config() const { return state_.config(); }
   std::size_t max_context() const { return state_.max_context(); }
   WeightFormat format() const { return state_.weights()->format(); }
+  KvFormat kv_format() const { return state_.kv_format(); }
   const std::shared_ptr<const LlamaWeights>& weights() const { return state_.weights(); }
   const std::shared_ptr<ThreadPool>& pool() const { return state_.pool(); }
   /// Weight bytes a forward call streams (all layers and the output head).
@@ -316,12 +369,13 @@ class LlamaModel {
 };
 
 /// A draft made of the target's first `layers` blocks followed by its final norm and output head. Shares the
-/// target's weights (no copy) and thread pool; has its own KV cache of the target's max_context positions.
+/// target's weights (no copy) and thread pool; has its own KV cache of the target's max_context positions and
+/// KvFormat.
 class EarlyExitDraft {
  public:
   /// requires: 1 <= layers <= target.config().layers. The target must not run concurrently with the draft.
   EarlyExitDraft(const LlamaModel& target, std::size_t layers)
-      : state_(target.weights(), layers, target.max_context(), target.pool()) {}
+      : state_(target.weights(), layers, target.max_context(), target.pool(), target.kv_format()) {}
 
   std::size_t vocab_size() const { return state_.config().vocab; }
   std::size_t context_size() const { return state_.context_size(); }

@@ -16,12 +16,15 @@
 #include <immintrin.h>
 #endif
 
+#include "specdec/llama/quant.hpp"
+
 namespace specdec::llama::detail {
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 // GCC 12 flags the _mm512_undefined_ps() inside its own intrinsics (a known false positive).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
 /// e^x within about 2 ulp for x in [−87.3, 88.3]; inputs outside are clamped (so e^−1000 gives 1e−38, not 0).
@@ -94,7 +97,9 @@ inline void swiglu(float* gate, const float* up, std::size_t n) {
 // Attention of the query heads that share one kv head (grouped-query attention), for one position.
 //
 // Keys are read from a transposed copy in blocks of 16 positions, [block][head_dim][16], so that 16 scores
-// come out of plain vector FMAs with no horizontal sum; values are rows [position, head_dim]. Per (head, key)
+// come out of plain vector FMAs with no horizontal sum; values are rows [position, head_dim]. Keys and values
+// are stored as float or as IEEE half-precision bit patterns (std::uint16_t, KvFormat::f16), which both paths
+// widen to float exactly before use; the arithmetic below is the same for both. Per (head, key)
 // the float sequence is fixed by head_dim and the number of keys only:
 //   score: four chains over the quarters of head_dim, each q[c]·k[c] for its first c then fma in order of c;
 //          s = ((s0 + s1) + (s2 + s3))·scale (one chain over all of head_dim when head_dim % 4 != 0);
@@ -135,14 +140,20 @@ inline float max_by_lanes(const float* scores, std::size_t n) {
                        [](float a, float b) { return std::max(a, b); });
 }
 
+/// A stored key or value as float: itself, or a half-precision bit pattern widened (exactly).
+inline float kv_to_float(float v) { return v; }
+inline float kv_to_float(std::uint16_t h) { return gguf::fp16_to_float(h); }
+
 /// Geometry of one attend_group call. q rows and out rows are head_dim floats at the given strides;
 /// scores is scratch of heads × score_stride floats with score_stride >= keys rounded up to 16.
+/// T: the stored keys' and values' element, float or std::uint16_t (half-precision bits).
+template <class T>
 struct AttentionGroup {
   const float* q;            // [heads] rows at q_stride
   std::size_t q_stride;
   std::size_t heads;         // query heads sharing this kv head
-  const float* keys_t;       // transposed key blocks of this kv head: [ceil(keys / 16)][d][16]
-  const float* values;       // [keys, d]
+  const T* keys_t;           // transposed key blocks of this kv head: [ceil(keys / 16)][d][16]
+  const T* values;           // [keys, d]
   std::size_t keys;          // keys seen by this position
   std::size_t d;             // head_dim
   float scale;               // 1/√d
@@ -153,7 +164,8 @@ struct AttentionGroup {
 };
 
 /// Softmax of each head's scores in place (weights e^(s − max)) and the output rows; shared by both paths.
-inline void softmax_rows(const AttentionGroup& a, float* inverse) {
+template <class T>
+void softmax_rows(const AttentionGroup<T>& a, float* inverse) {
   for (std::size_t h = 0; h < a.heads; ++h) {
     float* s = a.scores + h * a.score_stride;
     const float max = max_by_lanes(s, a.keys);
@@ -163,17 +175,18 @@ inline void softmax_rows(const AttentionGroup& a, float* inverse) {
 }
 
 /// The portable path of attend_group (also the reference for the AVX-512 kernel).
-inline void attend_group_portable(const AttentionGroup& a) {
+template <class T>
+void attend_group_portable(const AttentionGroup<T>& a) {
   const std::size_t chains = score_chains(a.d), part = a.d / chains;
   for (std::size_t h = 0; h < a.heads; ++h) {
     const float* q = a.q + h * a.q_stride;
     for (std::size_t j = 0; j < a.keys; ++j) {
-      const float* block = a.keys_t + (j / key_block) * a.d * key_block + j % key_block;
+      const T* block = a.keys_t + (j / key_block) * a.d * key_block + j % key_block;
       float partial[4];
       for (std::size_t m = 0; m < chains; ++m) {
         const std::size_t c0 = m * part;
-        float s = q[c0] * block[c0 * key_block];
-        for (std::size_t c = c0 + 1; c < c0 + part; ++c) s = std::fma(q[c], block[c * key_block], s);
+        float s = q[c0] * kv_to_float(block[c0 * key_block]);
+        for (std::size_t c = c0 + 1; c < c0 + part; ++c) s = std::fma(q[c], kv_to_float(block[c * key_block]), s);
         partial[m] = s;
       }
       const float total = chains == 4 ? (partial[0] + partial[1]) + (partial[2] + partial[3]) : partial[0];
@@ -187,7 +200,7 @@ inline void attend_group_portable(const AttentionGroup& a) {
     float* out = a.out + h * a.out_stride;
     for (std::size_t c = 0; c < a.d; ++c) {
       float acc = 0.0f;
-      for (std::size_t j = 0; j < a.keys; ++j) acc = std::fma(p[j], a.values[j * a.d + c], acc);
+      for (std::size_t j = 0; j < a.keys; ++j) acc = std::fma(p[j], kv_to_float(a.values[j * a.d + c]), acc);
       out[c] = acc * inverse[h];
     }
   }
@@ -202,22 +215,28 @@ inline void attend_group_portable(const AttentionGroup& a) {
 #define SPECDEC_IN_REGISTER(v) (void)0
 #endif
 
+/// 16 stored keys or values as floats (half precision widened exactly by vcvtph2ps).
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const std::uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
 /// Scores of H heads (H <= 4) for all keys, 16 keys per step. requires: d % 4 == 0, d / 4 >= 1.
-template <int H>
-void group_scores_avx512(const AttentionGroup& a, std::size_t h0) {
+template <int H, class T>
+void group_scores_avx512(const AttentionGroup<T>& a, std::size_t h0) {
   const std::size_t part = a.d / 4, blocks = (a.keys + key_block - 1) / key_block;
   const float* q[H];
   for (int h = 0; h < H; ++h) q[h] = a.q + (h0 + h) * a.q_stride;
   const __m512 scale = _mm512_set1_ps(a.scale);
   for (std::size_t b = 0; b < blocks; ++b) {
-    const float* block = a.keys_t + b * a.d * key_block;
-    // A block is d cache lines (a 4 KiB page at d = 64), where the hardware prefetcher stops: each column's
-    // load asks for the same column of the next block.
-    const float* next = b + 1 < blocks ? block + a.d * key_block : block;
+    const T* block = a.keys_t + b * a.d * key_block;
+    // A block is d cache lines (a 4 KiB page at d = 64 in float), where the hardware prefetcher stops: each
+    // column's load asks for the same column of the next block.
+    const T* next = b + 1 < blocks ? block + a.d * key_block : block;
     __m512 acc[H][4];
     for (int m = 0; m < 4; ++m) {
       _mm_prefetch(reinterpret_cast<const char*>(next + m * part * key_block), _MM_HINT_T0);
-      const __m512 k = _mm512_loadu_ps(block + m * part * key_block);
+      const __m512 k = load16(block + m * part * key_block);
       for (int h = 0; h < H; ++h) acc[h][m] = _mm512_mul_ps(_mm512_set1_ps(q[h][m * part]), k);
     }
     // The values of this block's keys (16 rows, d cache lines) are asked into L2 a line per column, so they
@@ -228,7 +247,7 @@ void group_scores_avx512(const AttentionGroup& a, std::size_t h0) {
         const std::size_t col = m * part + c;
         _mm_prefetch(reinterpret_cast<const char*>(next + col * key_block), _MM_HINT_T0);
         _mm_prefetch(reinterpret_cast<const char*>(values + (c * 4 + m) * 64), _MM_HINT_T1);
-        __m512 k = _mm512_loadu_ps(block + col * key_block);
+        __m512 k = load16(block + col * key_block);
         SPECDEC_IN_REGISTER(k);  // one load for all heads, the query values broadcast from memory
         for (int h = 0; h < H; ++h) acc[h][m] = _mm512_fmadd_ps(_mm512_set1_ps(q[h][col]), k, acc[h][m]);
       }
@@ -240,18 +259,18 @@ void group_scores_avx512(const AttentionGroup& a, std::size_t h0) {
 }
 
 /// Output rows of H heads (H <= 4) for 64 columns at c0: per element an fma chain over keys in order.
-template <int H>
-void group_values_avx512(const AttentionGroup& a, std::size_t h0, std::size_t c0, const float* inverse) {
+template <int H, class T>
+void group_values_avx512(const AttentionGroup<T>& a, std::size_t h0, std::size_t c0, const float* inverse) {
   __m512 acc[H][4];
   for (int h = 0; h < H; ++h)
     for (int v = 0; v < 4; ++v) acc[h][v] = _mm512_setzero_ps();
   const float* p[H];
   for (int h = 0; h < H; ++h) p[h] = a.scores + (h0 + h) * a.score_stride;
   for (std::size_t j = 0; j < a.keys; ++j) {
-    const float* row = a.values + j * a.d + c0;
+    const T* row = a.values + j * a.d + c0;
     __m512 v[4];
     for (int i = 0; i < 4; ++i) {
-      v[i] = _mm512_loadu_ps(row + 16 * i);
+      v[i] = load16(row + 16 * i);
       SPECDEC_IN_REGISTER(v[i]);  // loaded once, not once per head as a memory operand
     }
     for (int h = 0; h < H; ++h) {
@@ -280,11 +299,13 @@ void for_head_chunks(std::size_t heads, Args&&... args) {
 
 template <int H>
 struct ScoreStep {
-  static void run(std::size_t h0, const AttentionGroup& a) { group_scores_avx512<H>(a, h0); }
+  template <class T>
+  static void run(std::size_t h0, const AttentionGroup<T>& a) { group_scores_avx512<H>(a, h0); }
 };
 template <int H>
 struct ValueStep {
-  static void run(std::size_t h0, const AttentionGroup& a, std::size_t c0, const float* inverse) {
+  template <class T>
+  static void run(std::size_t h0, const AttentionGroup<T>& a, std::size_t c0, const float* inverse) {
     group_values_avx512<H>(a, h0, c0, inverse);
   }
 };
@@ -292,7 +313,8 @@ struct ValueStep {
 
 /// out[h] = softmax(q_h·Kᵀ·scale)·V over keys 0..keys−1 for each query head h of a group sharing one kv head.
 /// requires: heads <= 64. `portable` forces the portable path (same bits).
-inline void attend_group(const AttentionGroup& a, bool portable = false) {
+template <class T>
+void attend_group(const AttentionGroup<T>& a, bool portable = false) {
 #if defined(__AVX512F__)
   if (!portable && a.d % 64 == 0) {
     for_head_chunks<ScoreStep>(a.heads, a);
