@@ -23,7 +23,7 @@
 // carry its own k list, "early-exit:6@1+2+4"),
 // SPECDEC_BENCH_MODES ("greedy,sampled"), SPECDEC_BENCH_KINDS ("grounded,chat,code"),
 // SPECDEC_BENCH_DRAFT_MODEL (a second GGUF, added as draft "model"), SPECDEC_BENCH_REPEATS (cost samples, 15),
-// SPECDEC_FORMAT (the weight format, default quantized_dot).
+// SPECDEC_FORMAT (the weight format, default quantized_dot), SPECDEC_KV_FORMAT (the KV cache's element, default f16).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -73,6 +73,13 @@ llama::WeightFormat format() {
   detail::fail("SPECDEC_FORMAT '", name, "' is not a weight format");
 }
 
+/// The KV cache's element: SPECDEC_KV_FORMAT (f16, f32), default the library's (f16).
+llama::KvFormat kv_format() {
+  const std::string name = env("SPECDEC_KV_FORMAT", llama::to_string(llama::LoadOptions{}.kv_format));
+  if (const auto f = llama::kv_format_from_string(name)) return *f;
+  detail::fail("SPECDEC_KV_FORMAT '", name, "' is not f16 or f32");
+}
+
 /// Everything loaded once: the model, its tokenizer, the tasks, the plain baselines.
 struct Bench {
   gguf::File file;
@@ -97,13 +104,13 @@ struct Bench {
       : file(gguf::File::open(env("SPECDEC_MODEL", SPECDEC_SOURCE_DIR "/models/SmolLM2-135M-Instruct.Q4_1.gguf"))),
         tokenizer(llama::Tokenizer::from_gguf(file)),
         target(llama::LlamaWeights::load(file, format()), 4096,
-               std::make_shared<llama::ThreadPool>(std::stoul(env("SPECDEC_THREADS", "1")))),
+               std::make_shared<llama::ThreadPool>(std::stoul(env("SPECDEC_THREADS", "1"))), kv_format()),
         max_new_tokens(std::stoul(env("SPECDEC_BENCH_TOKENS", "128"))) {
     if (const std::string path = env("SPECDEC_BENCH_DRAFT_MODEL", ""); !path.empty()) {
       const gguf::File draft_file = gguf::File::open(path);
       llama::check_same_vocabulary(llama::Tokenizer::from_gguf(draft_file), tokenizer);
       second_draft = std::make_unique<llama::LlamaModel>(llama::LlamaWeights::load(draft_file, format()),
-                                                         4096, target.pool());
+                                                         4096, target.pool(), kv_format());
     }
     const fs::path root = SPECDEC_SOURCE_DIR "/benchmarks/tasks";
     for (const std::string kind : {"grounded", "chat", "code"}) {
@@ -353,18 +360,20 @@ double verify_seconds(const std::map<std::size_t, double>& t, double width) {
 }
 
 /// Cost samples taken between the tasks of one configuration: the cost model's inputs measured in the same
-/// minutes as the decoding they predict (the machine's speed drifts by 10-20% within minutes).
+/// minutes as the decoding they predict (the machine's speed drifts by 10-20% within minutes). Each entry is
+/// one task's sample (itself the median of a few calls, which keeps out a call that the OS interrupted); the
+/// costs are their mean, as the measured speedup is total tokens over the tasks' total time: when the machine
+/// changes phase during a configuration, a median would take one phase's cost where the runs average both.
 struct CostSamples {
-  std::map<std::size_t, std::vector<double>> verify;  // width -> seconds
-  std::vector<double> draft;                          // seconds per draft step
+  std::map<std::size_t, std::vector<double>> verify;  // width -> seconds, one entry per task
+  std::vector<double> draft;                          // seconds per draft step, one entry per task
 
-  static double median(std::vector<double> v) {
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    return v[v.size() / 2];
+  static double mean(const std::vector<double>& v) {
+    return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
   }
   std::map<std::size_t, double> verify_table() const {
     std::map<std::size_t, double> t;
-    for (const auto& [w, v] : verify) t[w] = median(v);
+    for (const auto& [w, v] : verify) t[w] = mean(v);
     return t;
   }
 };
@@ -412,7 +421,7 @@ void BM_Speculative(benchmark::State& state, const std::string& kind, const std:
     return tau * t_v.at(1) / (steps * t_d + verify / rounds);
   };
   const auto t_v = costs.verify_table();
-  const double t_d = CostSamples::median(costs.draft);
+  const double t_d = CostSamples::mean(costs.draft);
   const double predicted = predict(t_v, t_d);
   state.counters["predicted_table"] = predict(bench.t_verify.at(kind), bench.t_draft.at(kind).at(draft_name));
   state.counters["t_ar"] = t_v.at(1);

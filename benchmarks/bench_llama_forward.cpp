@@ -4,7 +4,8 @@
 //
 //   SPECDEC_MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf SPECDEC_THREADS=2 ./bench_llama_forward
 //
-// BM_LlamaForward_<format>/<n>: with 256 positions in the context (SPECDEC_CONTEXT overrides), forward n more
+// BM_LlamaForward_<format>/<n>: with 256 positions in the context (SPECDEC_CONTEXT overrides; the KV cache
+// in SPECDEC_KV_FORMAT, default f16), forward n more
 // and truncate back.
 // Counters: weight_bytes (streamed per forward), GB/s (weight bytes / time), bandwidth_GB/s (read bandwidth
 // measured just before and just after this benchmark's timed loop, their mean), floor_fraction (bandwidth
@@ -24,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -42,6 +44,14 @@ std::string model_path() {
 std::size_t threads() {
   const char* env = std::getenv("SPECDEC_THREADS");
   return env ? std::max(1, std::atoi(env)) : 1;
+}
+
+/// SPECDEC_KV_FORMAT (f16 or f32), default the library's.
+specdec::llama::KvFormat kv_format() {
+  const char* env = std::getenv("SPECDEC_KV_FORMAT");
+  if (!env) return specdec::llama::LoadOptions{}.kv_format;
+  if (const auto f = specdec::llama::kv_format_from_string(env)) return *f;
+  throw std::invalid_argument(std::string("SPECDEC_KV_FORMAT '") + env + "' is not f16 or f32");
 }
 
 std::shared_ptr<specdec::llama::ThreadPool> shared_pool() {
@@ -127,7 +137,7 @@ LlamaModel& model(WeightFormat format) {
     options.max_context = 512;
     options.threads = threads();
     auto loaded = LlamaModel::load(model_path(), options);
-    m = std::make_unique<LlamaModel>(loaded.weights(), options.max_context, shared_pool());
+    m = std::make_unique<LlamaModel>(loaded.weights(), options.max_context, shared_pool(), kv_format());
   }
   return *m;
 }

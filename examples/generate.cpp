@@ -121,9 +121,9 @@ Args parse_args(int argc, char** argv) {
         throw UsageError("--format expects f32, bf16, bf16_dot, quantized or quantized_dot, got '" + std::string(f) + "'");
     } else if (flag == "--kv-format") {
       const std::string_view f = value();
-      if (f == "f16") a.kv_format = llama::KvFormat::f16;
-      else if (f == "f32") a.kv_format = llama::KvFormat::f32;
-      else throw UsageError("--kv-format expects f16 or f32, got '" + std::string(f) + "'");
+      const auto kv_format = llama::kv_format_from_string(f);
+      if (!kv_format) throw UsageError("--kv-format expects f16 or f32, got '" + std::string(f) + "'");
+      a.kv_format = *kv_format;
     } else {
       throw UsageError("unknown argument '" + std::string(flag) + "' (see --help)");
     }

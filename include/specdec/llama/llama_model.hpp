@@ -22,7 +22,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -45,6 +47,12 @@ namespace specdec::llama {
 enum class KvFormat { f32, f16 };
 
 inline const char* to_string(KvFormat format) { return format == KvFormat::f16 ? "f16" : "f32"; }
+/// The KvFormat named "f16" or "f32", or nullopt for any other name.
+inline std::optional<KvFormat> kv_format_from_string(std::string_view name) {
+  if (name == "f16") return KvFormat::f16;
+  if (name == "f32") return KvFormat::f32;
+  return std::nullopt;
+}
 
 /// How LlamaModel::load prepares a model.
 struct LoadOptions {
