@@ -347,7 +347,8 @@ int run_main(int argc, char** argv) {
   if (args.json) {
     std::cout << "{\"text\":" << json_string(main_run.text) << ",\"tokens\":" << json_array(main_run.generation.tokens)
               << ",\"prompt_tokens\":" << prompt.size() << ",\"draft\":" << json_string(args.draft)
-              << ",\"stats\":{" << json_stats(s) << "}";
+              << ",\"format\":" << json_string(llama::to_string(args.format))
+              << ",\"kv_format\":" << json_string(llama::to_string(args.kv_format)) << ",\"stats\":{" << json_stats(s) << "}";
     if (plain)
       std::cout << ",\"plain\":{\"text\":" << json_string(plain->text) << ",\"tokens\":" << json_array(plain->generation.tokens)
                 << "," << json_stats(plain->generation.stats) << "},\"speedup\":" << speedup

@@ -37,9 +37,11 @@ def run_json(*args):
 out = run_json("--prompt", "The capital of France is", "--max-tokens", "16", "--draft", "none")
 check("'The capital of France is' continues with Paris", "Paris" in out["text"], out["text"])
 check("json has the documented fields",
-      all(k in out for k in ("text", "tokens", "prompt_tokens", "stats")) and
+      all(k in out for k in ("text", "tokens", "prompt_tokens", "format", "kv_format", "stats")) and
       all(k in out["stats"] for k in ("rounds", "drafted", "accepted", "acceptance_rate", "target_calls",
                                       "draft_calls", "seconds", "tokens_per_second")), str(out.keys()))
+check("the defaults: quantized_dot weights, an f16 KV cache", (out["format"], out["kv_format"]) == ("quantized_dot", "f16"),
+      str((out.get("format"), out.get("kv_format"))))
 
 # Greedy speculative output equals plain output, for several prompts and drafts.
 prompts = [
@@ -59,6 +61,7 @@ for prompt, chat in prompts:
 # The f32 KV cache (not the default) keeps greedy speculative == plain too, and still finds Paris.
 out = run_json("--prompt", "The capital of France is", "--max-tokens", "24", "--draft", "early-exit:10", "--k", "3",
                "--kv-format", "f32", "--compare")
+check("--kv-format f32 reaches the model", out["kv_format"] == "f32", str(out.get("kv_format")))
 check("--kv-format f32: greedy early-exit == plain", out["identical"] and out["tokens"] == out["plain"]["tokens"])
 check("--kv-format f32: continues with Paris", "Paris" in out["text"], out["text"])
 

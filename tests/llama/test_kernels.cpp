@@ -330,6 +330,28 @@ TEMPLATE_TEST_CASE("grouped attention: the AVX-512 kernel and the portable path 
   }
 }
 
+#if defined(__AVX512F__)
+TEST_CASE("the f16 cache's widening: vcvtph2ps and fp16_to_float agree on every half, and round trips hold",
+          "[kernels]") {
+  // Every 16-bit pattern but the signalling NaNs (which vcvtph2ps quietens; float_to_fp16 never makes one).
+  std::vector<std::uint16_t> halves;
+  for (std::uint32_t h = 0; h < 65536; ++h) {
+    const bool signalling_nan = (h & 0x7C00u) == 0x7C00u && (h & 0x3FFu) != 0 && !(h & 0x200u);
+    if (!signalling_nan) halves.push_back(static_cast<std::uint16_t>(h));
+  }
+  halves.resize((halves.size() + 15) / 16 * 16, 0);
+  for (std::size_t i = 0; i < halves.size(); i += 16) {
+    float wide[16];
+    _mm512_storeu_ps(wide, specdec::llama::detail::load16(&halves[i]));
+    for (std::size_t l = 0; l < 16; ++l) {
+      const float scalar = specdec::gguf::fp16_to_float(halves[i + l]);
+      REQUIRE(std::memcmp(&wide[l], &scalar, sizeof(float)) == 0);
+      if (!std::isnan(scalar)) REQUIRE(specdec::gguf::float_to_fp16(scalar) == halves[i + l]);
+    }
+  }
+}
+#endif
+
 TEST_CASE("swiglu gives the same bits for an element in the vector body or the scalar tail", "[kernels]") {
   const auto gate = random_inputs(1, 40, 8), up = random_inputs(1, 40, 9);
   std::vector<float> all = gate;

@@ -232,9 +232,9 @@ TEST_CASE("the forward pass matches a naive double-precision llama on a tiny ran
     const auto file = specdec::gguf::File::from_bytes(bytes);
     const auto tokens = random_tokens(12, 96, 1);
     for (auto kv_format : {KvFormat::f32, KvFormat::f16}) {
+      const auto expected = reference_forward(file, tokens, 2, kv_format == KvFormat::f16);
       for (auto format : all_formats) {
         CAPTURE(to_string(format), to_string(kv_format));
-        const auto expected = reference_forward(file, tokens, 2, kv_format == KvFormat::f16);
         LlamaModel model(LlamaWeights::load(file, format), 64, std::make_shared<ThreadPool>(2), kv_format);
         REQUIRE(model.kv_format() == kv_format);
         REQUIRE(model.weights()->tied() == !separate);
@@ -286,6 +286,7 @@ TEST_CASE("an early-exit draft runs the target's first layers with the target's 
 TEST_CASE("a position's logits are bit-identical alone or in a batch, for every format and thread count",
           "[llama]") {
   const auto tokens = random_tokens(16, 96, 3);
+  REQUIRE(LlamaModel(tiny_weights(WeightFormat::f32), 8, nullptr).kv_format() == KvFormat::f16);  // the default
   for (auto format : all_formats) {
     const auto weights = tiny_weights(format);
     for (std::size_t threads : {1, 2})

@@ -41,8 +41,9 @@
 
 namespace specdec::llama {
 
-/// How the KV cache stores keys and values. f16 (IEEE half precision, as llama.cpp's default cache) halves the
-/// bytes attention reads per token and the cache's memory; f32 keeps them exactly as computed. Either way a
+/// How the KV cache stores keys and values. f16 (IEEE half precision, rounded to nearest even, as llama.cpp's
+/// default cache) halves the bytes attention reads per token and the cache's memory; a key or value beyond
+/// ±65504 becomes ±inf there (as in llama.cpp), where f32 keeps them exactly as computed. Either way a
 /// position's logits do not depend on batching or threads.
 enum class KvFormat { f32, f16 };
 
