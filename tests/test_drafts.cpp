@@ -153,6 +153,29 @@ TEST_CASE("adaptive draft length falls back to plain decoding when drafts are re
   CHECK(policy.rate(0) > policy.rate(1));
 }
 
+TEST_CASE("one stalled plain round does not keep the policy drafting at a loss", "[draft_length]") {
+  // Rejected drafts that cost 0.6 of a pass each: plain decoding is best. A stall of the machine in the first plain
+  // round (50 passes outside the model calls) is that average's first sample, which nothing caps; while the
+  // policy drafts, no plain round comes to correct it. A plain round's time outside the model calls is bounded
+  // by a drafting round's, which drafting keeps measuring, so the policy returns to k = 0.
+  for (int stall_round : {-1, 1, 2, 30}) {
+    CAPTURE(stall_round);
+    AdaptiveDraftLength policy;
+    const GenerateOptions options{.draft_length = 2};
+    std::size_t drafted_rounds = 0;
+    for (int round = 0; round < 400; ++round) {
+      const std::size_t k = policy.next(options);
+      if (k > 0) ++drafted_rounds;
+      const double draft = 0.6 * static_cast<double>(k), verify = 1.0 + 0.05 * static_cast<double>(k);
+      const double outside = round == stall_round ? 50.0 : 0.01;
+      policy.observe({.requested = k, .drafted = k, .accepted = 0, .draft_steps = k, .draft_seconds = draft,
+                      .verify_width = k + 1, .verify_seconds = verify, .round_seconds = draft + verify + outside});
+    }
+    CHECK(drafted_rounds < 20);
+    CHECK(policy.current() == 0);
+  }
+}
+
 TEST_CASE("a draft that is dear to catch up is probed only in a generation's first round", "[draft_length]") {
   // Rejected drafts at k = 0; feeding the draft each token it missed costs 10% of a plain round (a model draft),
   // above the 2% probe budget: after the one mid-generation probe that measures that, none until the next

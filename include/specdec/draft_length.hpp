@@ -168,13 +168,12 @@ class AdaptiveDraftLength {
       expected += continues(j) * (run *= alpha(j));
     }
     const double full = at_least(k);
-    cost += full * verify_seconds(k + 1);
+    cost += full * (k == 0 ? plain_verify_seconds() : verify_seconds(k + 1));
     steps += full * static_cast<double>(k);
     if (k > 0) all_accepted += full * run;
     cost += steps * (have_t_draft_ ? t_draft_ : 0.0);
     cost += all_accepted * catch_up_per_token_;  // 0 until measured
-    const bool drafting = k > 0;
-    if (cost > 0.0) cost += have_overhead_[drafting] ? overhead_[drafting] : (have_overhead_[0] ? overhead_[0] : 0.0);
+    if (cost > 0.0) cost += k > 0 ? drafting_overhead() : plain_overhead();
     return cost > 0.0 ? expected / cost : 0.0;
   }
   /// The current estimate of P(L > j), the draft proposing more than j tokens when asked for more
@@ -195,6 +194,23 @@ class AdaptiveDraftLength {
   std::size_t current() const { return current_; }
 
  private:
+  // The estimates only plain rounds refresh (a pass over one position, the time outside the model calls of a
+  // round without drafting) are bounded by their drafting counterparts, which cost at least as much by
+  // construction: while the policy drafts no plain round updates them, and a stall in the one plain round
+  // measured before (the OS running something else; the first sample of an average is not capped) would
+  // otherwise keep rate(0) low and the policy drafting at a loss for good.
+  double plain_verify_seconds() const {
+    const double one = verify_seconds(1);
+    return off_line_.size() > 2 && off_line_seen_[2] ? std::min(one, verify_seconds(2)) : one;
+  }
+  double plain_overhead() const {
+    if (!have_overhead_[0]) return 0.0;
+    return have_overhead_[1] ? std::min(overhead_[0], overhead_[1]) : overhead_[0];
+  }
+  double drafting_overhead() const {
+    return have_overhead_[1] ? overhead_[1] : plain_overhead();
+  }
+
   /// The mean of the observations and a prior worth `prior_weight` of them while they are few, then a moving
   /// average: quick to leave the prior, steady later, and not swung to 0 or 1 by a single observation.
   void learn(double& average, std::size_t& seen, double value) const {
