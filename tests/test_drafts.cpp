@@ -176,6 +176,28 @@ TEST_CASE("one stalled plain round does not keep the policy drafting at a loss",
   }
 }
 
+TEST_CASE("a stall in the first rounds does not price good drafts out", "[draft_length]") {
+  // Drafts that are always accepted and cost 5% of a pass: drafting is best. A stall (50 passes outside the model
+  // calls) in one of the first rounds is an average's first samples, which nothing caps; probes from k = 0 would
+  // move it 5% each. The first few samples give their minimum, so the policy keeps drafting.
+  for (int stall_round : {-1, 0, 1, 3}) {
+    CAPTURE(stall_round);
+    AdaptiveDraftLength policy;
+    const GenerateOptions options{.draft_length = 4};
+    std::size_t drafted_rounds = 0;
+    for (int round = 0; round < 400; ++round) {
+      const std::size_t k = policy.next(options);
+      if (k > 0) ++drafted_rounds;
+      const double draft = 0.05 * static_cast<double>(k), verify = 1.0 + 0.05 * static_cast<double>(k);
+      const double outside = round == stall_round ? 50.0 : 0.01;
+      policy.observe({.requested = k, .drafted = k, .accepted = k, .draft_steps = k, .draft_seconds = draft,
+                      .verify_width = k + 1, .verify_seconds = verify, .round_seconds = draft + verify + outside});
+    }
+    CHECK(drafted_rounds > 380);
+    CHECK(policy.current() == 4);
+  }
+}
+
 TEST_CASE("a draft that is dear to catch up is probed only in a generation's first round", "[draft_length]") {
   // Rejected drafts at k = 0; feeding the draft each token it missed costs 10% of a plain round (a model draft),
   // above the 2% probe budget: after the one mid-generation probe that measures that, none until the next

@@ -48,7 +48,7 @@ struct FixedDraftLength {
 /// (k = 0 is plain decoding; t_catch_up: feeding the draft one token, the last proposal of a fully accepted round,
 /// which it never read). t_verify(w) is a line fitted by moving least squares to every verify pass; t_draft, t_catch_up
 /// and t_outside (the round's time outside the model calls, kept apart for rounds with and without drafting) are moving
-/// averages with outlier samples capped; alpha_i and P(L > j) start optimistic and are learned as weighted means, then
+/// averages with outlier samples capped (the first few samples give their minimum); alpha_i and P(L > j) start optimistic and are learned as weighted means, then
 /// moving averages. The first round drafts one token. A new k replaces the current one only when it is predicted to be
 /// `hysteresis` better. Every `probe_interval` rounds at k > 0 one round drafts one token more than k; at k = 0 a probe
 /// round runs after `probe_interval` rounds, the wait doubling (up to `max_probe_interval`) after probes that cost real
@@ -125,18 +125,16 @@ class AdaptiveDraftLength {
     probing_ = false;
     if (report.draft_steps > 0)
       update(t_draft_, (report.draft_seconds - report.catch_up_seconds) / static_cast<double>(report.draft_steps),
-             have_t_draft_);
+             t_draft_samples_);
     if (report.caught_up > 0) {
-      bool known = catch_up_samples_ > 0;
-      update(catch_up_per_token_, report.catch_up_seconds / static_cast<double>(report.caught_up), known);
-      ++catch_up_samples_;
+      update(catch_up_per_token_, report.catch_up_seconds / static_cast<double>(report.caught_up), catch_up_samples_);
     }
     if (report.verify_width > 0) observe_verify(static_cast<double>(report.verify_width), report.verify_seconds);
     // Time outside the model calls (draft bookkeeping, acceptance, sampling transforms), per kind of round.
     if (report.round_seconds > 0.0) {
       const double outside = std::max(0.0, report.round_seconds - report.draft_seconds - report.verify_seconds);
       const bool drafting = report.requested > 0;
-      update(overhead_[drafting], outside, have_overhead_[drafting]);
+      update(overhead_[drafting], outside, overhead_samples_[drafting]);
     }
     // The draft's own limit L (a flat row, draft_p_min, its budget): it proposed `drafted` tokens, and when
     // that is below the request, L = drafted; otherwise L >= requested (censored). P(L > j) is learned for the
@@ -171,7 +169,7 @@ class AdaptiveDraftLength {
     cost += full * (k == 0 ? plain_verify_seconds() : verify_seconds(k + 1));
     steps += full * static_cast<double>(k);
     if (k > 0) all_accepted += full * run;
-    cost += steps * (have_t_draft_ ? t_draft_ : 0.0);
+    cost += steps * (t_draft_samples_ > 0 ? t_draft_ : 0.0);
     cost += all_accepted * catch_up_per_token_;  // 0 until measured
     if (cost > 0.0) cost += k > 0 ? drafting_overhead() : plain_overhead();
     return cost > 0.0 ? expected / cost : 0.0;
@@ -204,11 +202,11 @@ class AdaptiveDraftLength {
     return off_line_.size() > 2 && off_line_seen_[2] ? std::min(one, verify_seconds(2)) : one;
   }
   double plain_overhead() const {
-    if (!have_overhead_[0]) return 0.0;
-    return have_overhead_[1] ? std::min(overhead_[0], overhead_[1]) : overhead_[0];
+    if (overhead_samples_[0] == 0) return 0.0;
+    return overhead_samples_[1] > 0 ? std::min(overhead_[0], overhead_[1]) : overhead_[0];
   }
   double drafting_overhead() const {
-    return have_overhead_[1] ? overhead_[1] : plain_overhead();
+    return overhead_samples_[1] > 0 ? overhead_[1] : plain_overhead();
   }
 
   /// The mean of the observations and a prior worth `prior_weight` of them while they are few, then a moving
@@ -220,10 +218,15 @@ class AdaptiveDraftLength {
   /// Moving average of a time. A sample is capped at 1.5x the average (+20 µs): on a shared machine a round now
   /// and then stalls for milliseconds (the OS ran something else), and one such outlier must not make drafting
   /// look unaffordable for the next dozens of rounds; a real, lasting increase still comes through, 5% a round.
-  void update(double& average, double value, bool& known) const {
-    if (known) value = capped(value, average);
-    average = known ? average + smoothing * (value - average) : value;
-    known = true;
+  /// Nothing caps the first sample, so the first `warm_up_samples` give their minimum: a stall in the very first
+  /// round (where one-time costs fall too) would otherwise price drafting out for hundreds of rounds, as probes
+  /// only move the average 5% each.
+  void update(double& average, double value, std::size_t& samples) const {
+    constexpr std::size_t warm_up_samples = 3;
+    if (samples == 0) average = value;
+    else if (samples < warm_up_samples) average = std::min(average, value);
+    else average += smoothing * (capped(value, average) - average);
+    ++samples;
   }
   /// t_verify(w) as a line a + b·w fitted to every verify pass (moving-average least squares), so that every
   /// width's estimate follows the machine's drift however rarely that width itself is used, plus a moving
@@ -267,12 +270,12 @@ class AdaptiveDraftLength {
   std::vector<double> continues_;  // [j]: P(L > j), see observe()
   std::vector<std::size_t> alpha_seen_, continues_seen_;  // observations behind each estimate
   double overhead_[2] = {0.0, 0.0};  // seconds per round outside the model calls: [0] plain rounds, [1] drafting
-  bool have_overhead_[2] = {false, false};
+  std::size_t overhead_samples_[2] = {0, 0};
   double fit_[5] = {0, 0, 0, 0, 0};  // moving averages of 1, w, w², t_v, w·t_v over verify passes
   std::vector<double> off_line_;      // [width]: moving average of t_v(width) minus the line
   std::vector<bool> off_line_seen_;
   double t_draft_ = 0.0;          // seconds per draft step
-  bool have_t_draft_ = false;
+  std::size_t t_draft_samples_ = 0;
   double catch_up_per_token_ = 0.0;  // seconds to feed the draft one token it missed
   std::size_t catch_up_samples_ = 0;  // rounds behind that estimate (the probe rule waits for a few)
   bool measured_ = false;
