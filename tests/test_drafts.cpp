@@ -176,6 +176,30 @@ TEST_CASE("one stalled plain round does not keep the policy drafting at a loss",
   }
 }
 
+TEST_CASE("a slow first verify pass does not leave rejected drafts looking cheap", "[draft_length]") {
+  // Rejected drafts that cost 0.58 of a pass, over six generations: plain decoding is best. The first round
+  // (drafting one token) runs 1.7x slow, as in a slow phase of the machine. A verify-cost line started from that
+  // one pass and moving 1.25% a pass stayed high for hundreds of passes, and the offset of width 3, measured
+  // against it at the first probe, went stale as the line came down: t_v(3) looked cheaper than t_v(1) and the
+  // policy drafted 624 of 720 rounds. The line is the plain mean of its first passes.
+  AdaptiveDraftLength policy;
+  const GenerateOptions options{.draft_length = 2};
+  std::size_t drafted_rounds = 0;
+  for (int generation = 0; generation < 6; ++generation) {
+    policy.begin_generation();
+    for (int round = 0; round < 120; ++round) {
+      const double slow = generation == 0 && round == 0 ? 1.7 : 1.0;
+      const std::size_t k = policy.next(options);
+      if (k > 0) ++drafted_rounds;
+      const double draft = slow * 0.58 * static_cast<double>(k), verify = slow * (1.0 + 0.065 * static_cast<double>(k));
+      policy.observe({.requested = k, .drafted = k, .accepted = 0, .draft_steps = k, .draft_seconds = draft,
+                      .verify_width = k + 1, .verify_seconds = verify, .round_seconds = draft + verify + 0.002});
+    }
+  }
+  CHECK(drafted_rounds < 30);
+  CHECK(policy.rate(0) > policy.rate(2));
+}
+
 TEST_CASE("a stall in the first rounds does not price good drafts out", "[draft_length]") {
   // Drafts that are always accepted and cost 5% of a pass: drafting is best. A stall (50 passes outside the model
   // calls) in one of the first rounds is an average's first samples, which nothing caps; probes from k = 0 would

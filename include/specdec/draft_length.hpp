@@ -239,10 +239,13 @@ class AdaptiveDraftLength {
     if (fit_[0] > 0.0) seconds = capped(seconds, verify_seconds_at(width));
     const double sample[5] = {1.0, width, width * width, seconds, width * seconds};
     // The line moves slower than the offsets, so that it holds still across a cycle of widths and each width's
-    // offset is measured against the same line.
-    const double line_smoothing = smoothing / 4.0;
-    const bool first = !(fit_[0] > 0.0);
-    for (int i = 0; i < 5; ++i) fit_[i] = first ? sample[i] : fit_[i] + line_smoothing * (sample[i] - fit_[i]);
+    // offset is measured against the same line. Over its first passes it is their plain mean: started from one
+    // pass and moving 1.25% a pass, a first pass that ran slow (a stall, a slow phase of the machine) kept the
+    // line high for hundreds of passes, and the offsets of widths measured meanwhile, frozen while the policy
+    // used other widths, went stale as it came down (rejected drafts at k = 2 looked cheaper than plain).
+    ++verify_samples_;
+    const double line_smoothing = std::max(smoothing / 4.0, 1.0 / static_cast<double>(verify_samples_));
+    for (int i = 0; i < 5; ++i) fit_[i] += line_smoothing * (sample[i] - fit_[i]);
     if (off_line_.size() <= w) off_line_.resize(w + 1, 0.0), off_line_seen_.resize(w + 1, false);
     const bool known = off_line_seen_[w];
     const double off = seconds - line_at(width);
@@ -272,6 +275,7 @@ class AdaptiveDraftLength {
   double overhead_[2] = {0.0, 0.0};  // seconds per round outside the model calls: [0] plain rounds, [1] drafting
   std::size_t overhead_samples_[2] = {0, 0};
   double fit_[5] = {0, 0, 0, 0, 0};  // moving averages of 1, w, w², t_v, w·t_v over verify passes
+  std::size_t verify_samples_ = 0;   // verify passes observed
   std::vector<double> off_line_;      // [width]: moving average of t_v(width) minus the line
   std::vector<bool> off_line_seen_;
   double t_draft_ = 0.0;          // seconds per draft step
