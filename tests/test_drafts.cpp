@@ -153,6 +153,31 @@ TEST_CASE("adaptive draft length falls back to plain decoding when drafts are re
   CHECK(policy.rate(0) > policy.rate(1));
 }
 
+namespace {
+
+/// What a simulated round costs (in verify passes) and how many of its k proposals are accepted.
+struct SimulatedRound {
+  double draft, verify, outside;
+  std::size_t accepted;
+};
+
+/// Runs `rounds` rounds of `policy` (k up to max_k) against costs(round, k) -> SimulatedRound, and returns how
+/// many of them drafted.
+template <class Costs>
+std::size_t drafted_rounds(AdaptiveDraftLength& policy, std::size_t max_k, int rounds, Costs&& costs) {
+  std::size_t drafted = 0;
+  for (int round = 0; round < rounds; ++round) {
+    const std::size_t k = policy.next({.draft_length = max_k});
+    if (k > 0) ++drafted;
+    const SimulatedRound r = costs(round, k);
+    policy.observe({.requested = k, .drafted = k, .accepted = r.accepted, .draft_steps = k, .draft_seconds = r.draft,
+                    .verify_width = k + 1, .verify_seconds = r.verify, .round_seconds = r.draft + r.verify + r.outside});
+  }
+  return drafted;
+}
+
+}  // namespace
+
 TEST_CASE("one stalled plain round does not keep the policy drafting at a loss", "[draft_length]") {
   // Rejected drafts that cost 0.6 of a pass each: plain decoding is best. A stall of the machine in the first plain
   // round (50 passes outside the model calls) is that average's first sample, which nothing caps; while the
@@ -161,17 +186,11 @@ TEST_CASE("one stalled plain round does not keep the policy drafting at a loss",
   for (int stall_round : {-1, 1, 2, 30}) {
     CAPTURE(stall_round);
     AdaptiveDraftLength policy;
-    const GenerateOptions options{.draft_length = 2};
-    std::size_t drafted_rounds = 0;
-    for (int round = 0; round < 400; ++round) {
-      const std::size_t k = policy.next(options);
-      if (k > 0) ++drafted_rounds;
-      const double draft = 0.6 * static_cast<double>(k), verify = 1.0 + 0.05 * static_cast<double>(k);
-      const double outside = round == stall_round ? 50.0 : 0.01;
-      policy.observe({.requested = k, .drafted = k, .accepted = 0, .draft_steps = k, .draft_seconds = draft,
-                      .verify_width = k + 1, .verify_seconds = verify, .round_seconds = draft + verify + outside});
-    }
-    CHECK(drafted_rounds < 20);
+    const auto drafted = drafted_rounds(policy, 2, 400, [&](int round, std::size_t k) {
+      const auto n = static_cast<double>(k);
+      return SimulatedRound{0.6 * n, 1.0 + 0.05 * n, round == stall_round ? 50.0 : 0.01, 0};
+    });
+    CHECK(drafted < 20);
     CHECK(policy.current() == 0);
   }
 }
@@ -183,20 +202,16 @@ TEST_CASE("a slow first verify pass does not leave rejected drafts looking cheap
   // against it at the first probe, went stale as the line came down: t_v(3) looked cheaper than t_v(1) and the
   // policy drafted 624 of 720 rounds. The line is the plain mean of its first passes.
   AdaptiveDraftLength policy;
-  const GenerateOptions options{.draft_length = 2};
-  std::size_t drafted_rounds = 0;
+  std::size_t drafted = 0;
   for (int generation = 0; generation < 6; ++generation) {
     policy.begin_generation();
-    for (int round = 0; round < 120; ++round) {
+    drafted += drafted_rounds(policy, 2, 120, [&](int round, std::size_t k) {
       const double slow = generation == 0 && round == 0 ? 1.7 : 1.0;
-      const std::size_t k = policy.next(options);
-      if (k > 0) ++drafted_rounds;
-      const double draft = slow * 0.58 * static_cast<double>(k), verify = slow * (1.0 + 0.065 * static_cast<double>(k));
-      policy.observe({.requested = k, .drafted = k, .accepted = 0, .draft_steps = k, .draft_seconds = draft,
-                      .verify_width = k + 1, .verify_seconds = verify, .round_seconds = draft + verify + 0.002});
-    }
+      const auto n = static_cast<double>(k);
+      return SimulatedRound{slow * 0.58 * n, slow * (1.0 + 0.065 * n), 0.002, 0};
+    });
   }
-  CHECK(drafted_rounds < 30);
+  CHECK(drafted < 30);
   CHECK(policy.rate(0) > policy.rate(2));
 }
 
@@ -207,17 +222,11 @@ TEST_CASE("a stall in the first rounds does not price good drafts out", "[draft_
   for (int stall_round : {-1, 0, 1, 3}) {
     CAPTURE(stall_round);
     AdaptiveDraftLength policy;
-    const GenerateOptions options{.draft_length = 4};
-    std::size_t drafted_rounds = 0;
-    for (int round = 0; round < 400; ++round) {
-      const std::size_t k = policy.next(options);
-      if (k > 0) ++drafted_rounds;
-      const double draft = 0.05 * static_cast<double>(k), verify = 1.0 + 0.05 * static_cast<double>(k);
-      const double outside = round == stall_round ? 50.0 : 0.01;
-      policy.observe({.requested = k, .drafted = k, .accepted = k, .draft_steps = k, .draft_seconds = draft,
-                      .verify_width = k + 1, .verify_seconds = verify, .round_seconds = draft + verify + outside});
-    }
-    CHECK(drafted_rounds > 380);
+    const auto drafted = drafted_rounds(policy, 4, 400, [&](int round, std::size_t k) {
+      const auto n = static_cast<double>(k);
+      return SimulatedRound{0.05 * n, 1.0 + 0.05 * n, round == stall_round ? 50.0 : 0.01, k};
+    });
+    CHECK(drafted > 380);
     CHECK(policy.current() == 4);
   }
 }
