@@ -231,6 +231,25 @@ TEST_CASE("a stall in the first rounds does not price good drafts out", "[draft_
   }
 }
 
+TEST_CASE("after the first samples a lasting change of cost comes through", "[draft_length]") {
+  // Good, cheap drafts for 100 rounds, then drafts as good that cost 3 passes a step: the draft-step estimate,
+  // which gave its first samples' minimum, must follow, and the policy give up drafting.
+  AdaptiveDraftLength policy;
+  CHECK(drafted_rounds(policy, 4, 100, [](int, std::size_t k) {
+          const auto n = static_cast<double>(k);
+          return SimulatedRound{0.05 * n, 1.0 + 0.05 * n, 0.01, k};
+        }) > 90);
+  drafted_rounds(policy, 4, 200, [](int, std::size_t k) {  // capped samples raise an average 2.5% a round
+    const auto n = static_cast<double>(k);
+    return SimulatedRound{3.0 * n, 1.0 + 0.05 * n, 0.01, k};
+  });
+  CHECK(drafted_rounds(policy, 4, 200, [](int, std::size_t k) {
+          const auto n = static_cast<double>(k);
+          return SimulatedRound{3.0 * n, 1.0 + 0.05 * n, 0.01, k};
+        }) < 20);
+  CHECK(policy.current() == 0);
+}
+
 TEST_CASE("a draft that is dear to catch up is probed only in a generation's first round", "[draft_length]") {
   // Rejected drafts at k = 0; feeding the draft each token it missed costs 10% of a plain round (a model draft),
   // above the 2% probe budget: after the one mid-generation probe that measures that, none until the next

@@ -46,16 +46,18 @@ struct FixedDraftLength {
 ///   E(k) = 1 + sum_{j<k} P(L > j) prod_{i<=j} alpha_i   (alpha_i: acceptance at draft position i, once reached)
 ///   C(k) = E[steps] * t_draft + E[t_verify(min(k, L) + 1)] + P(all accepted) * t_catch_up + t_outside
 /// (k = 0 is plain decoding; t_catch_up: feeding the draft one token, the last proposal of a fully accepted round,
-/// which it never read). t_verify(w) is a line fitted by moving least squares to every verify pass; t_draft, t_catch_up
-/// and t_outside (the round's time outside the model calls, kept apart for rounds with and without drafting) are moving
-/// averages with outlier samples capped (the first few samples give their minimum); alpha_i and P(L > j) start optimistic and are learned as weighted means, then
-/// moving averages. The first round drafts one token. A new k replaces the current one only when it is predicted to be
-/// `hysteresis` better. Every `probe_interval` rounds at k > 0 one round drafts one token more than k; at k = 0 a probe
-/// round runs after `probe_interval` rounds, the wait doubling (up to `max_probe_interval`) after probes that cost real
-/// drafting time; a draft that is dear to catch up on missed tokens (more than `probe_budget` of a plain round per
-/// token, as a model draft's are) probes only in a generation's first round. begin_generation() (called by the decoder
-/// per generate()) restarts the learning counts and, at k = 0, probes at once. k never exceeds
-/// GenerateOptions::draft_length.
+/// which it never read). t_verify(w) is a line fitted by moving least squares to every verify pass (the plain mean
+/// of its first passes) plus each width's offset from it; t_draft, t_catch_up and t_outside (the round's time
+/// outside the model calls, kept apart for rounds with and without drafting) are moving averages with outlier
+/// samples capped (the first few samples give their minimum); a pass over one position and a plain round's time
+/// outside the model calls count at most what their drafting counterparts do. alpha_i and P(L > j) start
+/// optimistic and are learned as weighted means, then moving averages. The first round drafts one token. A new k
+/// replaces the current one only when it is predicted to be `hysteresis` better. Every `probe_interval` rounds
+/// at k > 0 one round drafts one token more than k; at k = 0 a probe round runs after `probe_interval` rounds, the
+/// wait doubling (up to `max_probe_interval`) after probes that cost real drafting time; a draft that is dear to
+/// catch up on missed tokens (more than `probe_budget` of a plain round per token, as a model draft's are) probes
+/// only in a generation's first round. begin_generation() (called by the decoder per generate()) restarts the
+/// learning counts and, at k = 0, probes at once. k never exceeds GenerateOptions::draft_length.
 class AdaptiveDraftLength {
  public:
   // Defaults tuned by replaying the benchmark's greedy prompt-lookup tasks against two measured cost tables
@@ -91,7 +93,7 @@ class AdaptiveDraftLength {
     // that alone costs more per token than `probe_budget` of a plain round, probes wait for the first round of
     // the next generation, where the draft holds the whole context already.
     const bool catch_up_too_dear = catch_up_samples_ >= 3 &&
-                                   catch_up_per_token_ >= probe_budget * (verify_seconds(1) + overhead_[0]);
+                                   catch_up_per_token_ >= probe_budget * (plain_verify_seconds() + plain_overhead());
     if (current_ == 0 &&
         (probe_now_ || (++rounds_at_zero_ >= (wait_ = wait_ ? wait_ : probe_interval) && !catch_up_too_dear))) {
       // The wait doubles after a probe that cost real time (a model draft catching up on the context); probes
@@ -160,7 +162,7 @@ class AdaptiveDraftLength {
     double expected = 1.0, run = 1.0, cost = 0.0, steps = 0.0, all_accepted = 0.0;
     for (std::size_t j = 0; j < k; ++j) {
       const double stops_here = at_least(j) - continues(j);  // P(L = j)
-      cost += stops_here * verify_seconds(j + 1);
+      cost += stops_here * (j == 0 ? plain_verify_seconds() : verify_seconds(j + 1));
       steps += stops_here * static_cast<double>(j + 1);  // j proposals and the step that declined
       if (j > 0) all_accepted += stops_here * run;
       expected += continues(j) * (run *= alpha(j));
@@ -192,11 +194,13 @@ class AdaptiveDraftLength {
   std::size_t current() const { return current_; }
 
  private:
-  // The estimates only plain rounds refresh (a pass over one position, the time outside the model calls of a
-  // round without drafting) are bounded by their drafting counterparts, which cost at least as much by
-  // construction: while the policy drafts no plain round updates them, and a stall in the one plain round
-  // measured before (the OS running something else; the first sample of an average is not capped) would
-  // otherwise keep rate(0) low and the policy drafting at a loss for good.
+  // The estimates that mostly plain rounds refresh (a pass over one position, which a drafting round verifies
+  // only when its draft proposes nothing; the time outside the model calls of a round without drafting) count at
+  // most what their drafting counterparts do (a pass over two positions; a drafting round's time outside, whose
+  // work includes a plain round's). While the policy drafts they may go unrefreshed for good, and a stall in the
+  // one plain round measured before (the OS running something else; the first sample of an average is not capped)
+  // would otherwise keep rate(0) low and the policy drafting at a loss. (t_v(1) <= t_v(2) is the kernels' cost
+  // model, not exact: measured, t_v(2)/t_v(1) is 1.00-1.15 here.)
   double plain_verify_seconds() const {
     const double one = verify_seconds(1);
     return off_line_.size() > 2 && off_line_seen_[2] ? std::min(one, verify_seconds(2)) : one;
