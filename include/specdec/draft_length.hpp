@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <concepts>
 #include <cstddef>
+#include <iterator>
 #include <vector>
 
 #include "specdec/stats.hpp"
@@ -240,7 +241,15 @@ class AdaptiveDraftLength {
   /// update().
   void observe_verify(double width, double seconds) {
     const auto w = static_cast<std::size_t>(width);
-    if (fit_[0] > 0.0) seconds = capped(seconds, verify_seconds_at(width));
+    // A pass far below a young line means the line started from a stalled pass (nothing caps the first one): it
+    // starts again from this pass, and so do the offsets measured against it.
+    constexpr std::size_t young = 8;
+    if (verify_samples_ > 0 && verify_samples_ < young && 1.5 * seconds < verify_seconds_at(width)) {
+      verify_samples_ = 0;
+      std::fill(std::begin(fit_), std::end(fit_), 0.0);
+      std::fill(off_line_seen_.begin(), off_line_seen_.end(), false);
+    }
+    if (verify_samples_ > 0) seconds = capped(seconds, verify_seconds_at(width));
     const double sample[5] = {1.0, width, width * width, seconds, width * seconds};
     // The line moves slower than the offsets, so that it holds still across a cycle of widths and each width's
     // offset is measured against the same line. Over its first passes it is their plain mean: started from one
