@@ -242,15 +242,16 @@ TEST_CASE("the forward pass matches a naive double-precision llama on a tiny ran
         REQUIRE(logits.rows() == 12);
         REQUIRE(logits.cols() == 96);
         for (std::size_t i = 0; i < tokens.size(); ++i) {
-          // f32 and quantized hold the file's values exactly; bf16 rounds them (and bf16_dot also the
-          // activations inside each product) to 8 significant bits; quantized_dot rounds the inputs of its
-          // quantised matrices to int8 per 32-column block (steps of max|x| / 127), which the random
-          // weights of this toy model amplify more than bf16 rounding. With the f16 cache the reference rounds
-          // keys and values too, from double instead of float, so now and then one lands a half-precision
-          // step away (measured: 5e-5; against a reference that does not round, 4e-3).
+          // f32 and quantized hold the file's values exactly (quantized takes its inputs to 24 bits); bf16
+          // rounds them (and bf16_dot also the activations inside each product) to 8 significant bits;
+          // quantized_dot rounds the inputs of its quantised matrices to int8 per 32-column block (steps of
+          // max|x| / 127), which the random weights of this toy model amplify more than bf16 rounding. With
+          // the f16 cache the reference rounds keys and values too, from double instead of float, so now and
+          // then one lands a half-precision step away (measured: 1e-5 for f32, 1.6e-4 for quantized; against a
+          // reference that does not round, 4e-3; with the cache's last mantissa bit cleared, 4.2e-3).
           double scale = 1.0;
           for (double v : expected[i]) scale = std::max(scale, std::abs(v));
-          double tolerance = (kv_format == KvFormat::f16 ? 1e-4 : 2e-5) * scale;
+          double tolerance = (kv_format == KvFormat::f16 ? 2.5e-4 : 2e-5) * scale;
           if (format == WeightFormat::bf16 || format == WeightFormat::bf16_dot) tolerance = 5e-2 * scale;
           if (format == WeightFormat::quantized_dot) tolerance = 1e-1 * scale;
           for (std::size_t v = 0; v < 96; ++v) REQUIRE(std::abs(logits(i, v) - expected[i][v]) <= tolerance);

@@ -169,8 +169,8 @@ class LlamaWeights {
   static std::vector<float> vector(const gguf::TensorInfo& t) { return gguf::dequantize(t); }
 
   /// Repacks a GGUF [cols, rows] tensor. `quantized` keeps Q8_0/Q4_0/Q4_1 blocks and BF16 values as they are
-  /// and stores anything else as exact f32. `quantized_dot` stores the same, with the quant blocks in the
-  /// integer dot product layout.
+  /// and stores anything else as exact f32. `quantized_dot` stores the same; its quant blocks take 8-bit
+  /// inputs instead of 24-bit ones.
   static PackedMatrix matrix(const gguf::TensorInfo& t, WeightFormat format) {
     const std::size_t rows = t.rows(), cols = t.row_length();
     if (format == WeightFormat::quantized_dot) {

@@ -7,15 +7,15 @@
 //   f32   [cols][16] floats
 //   bf16  [cols/2][16][2] bf16 (upper halves of floats): column pairs (2j, 2j+1) of each row side by side, the
 //         operand layout of AVX-512 BF16 dot products; an odd last column is paired with a zero
-//   q8_0  per 32-column block: d[16] f16, q[32][16] int8                     (w = q·d)
-//   q4_0  per 32-column block: d[16] f16, q[16][16] nibble pairs             (w = (q − 8)·d)
-//   q4_1  per 32-column block: d[16] f16, m[16] f16, q[16][16] nibble pairs  (w = q·d + m)
-// where a nibble-pair byte j holds column j (low nibble) and column j + 16 (high nibble), as in GGUF.
-// The *_dot encodings (integer dot products with int8-quantised inputs) keep the same scales but store the
-// quants as 64-byte vectors [16 rows][4 bytes], the operand layout of AVX-512 VNNI dpbusd:
-//   q4_0_dot  per block: d[16] f16, then 4 vectors; vector g, row l = GGUF quant bytes 4g .. 4g+3 of row l
-//   q4_1_dot  per block: d[16] f16, m[16] f16, then the same 4 vectors
-//   q8_0_dot  per block: d[16] f16, then 8 vectors; vector g, row l = quants 4g .. 4g+3 of row l plus 128 (u8)
+// The block encodings keep GGUF's quant blocks (the same scales and quants), with the quants as 64-byte vectors
+// [16 rows][4 bytes], the operand layout of AVX-512 VNNI dpbusd:
+//   q4_0  per 32-column block: d[16] f16, then 4 vectors; vector g, row l = GGUF quant bytes 4g .. 4g+3 of
+//         row l                                                       (w = (q − 8)·d)
+//   q4_1  per block: d[16] f16, m[16] f16, then the same 4 vectors    (w = q·d + m)
+//   q8_0  per block: d[16] f16, then 8 vectors; vector g, row l = quants 4g .. 4g+3 of row l plus 128 (u8)
+//                                                                     (w = q·d)
+// where a q4 quant byte j holds column j (low nibble) and column j + 16 (high nibble), as in GGUF. The *_dot
+// encodings store exactly the same; they differ in how the kernel takes the inputs (see WeightFormat).
 #pragma once
 
 #include <algorithm>
@@ -40,9 +40,11 @@ enum class WeightFormat {
   bf16,       ///< the dequantised weights rounded to bfloat16 (half the bytes of f32), float activations
   bf16_dot,   ///< bf16 weights, and activations rounded to bf16 inside each product (AVX-512 BF16 dot products:
               ///< twice the multiply rate of f32; the one format whose arithmetic differs from float math)
-  quantized,  ///< Q4_0 / Q4_1 / Q8_0 blocks kept as they are and dequantised inside the kernel; other tensor types as f32
-  quantized_dot,  ///< Q4_0 / Q4_1 / Q8_0 blocks multiplied as integers with inputs quantised to int8 per 32-column
-                  ///< block (VNNI dot products, as llama.cpp does); other tensor types as `quantized` stores them
+  quantized,  ///< Q4_0 / Q4_1 / Q8_0 blocks kept as they are, multiplied as integers (VNNI dot products) with the
+              ///< inputs as 24-bit integers per 32-column block, split into three int8 digits: as precise as float
+              ///< products (the largest input of a block keeps 23 of its 24 bits); other tensor types as f32
+  quantized_dot,  ///< the same blocks, with inputs quantised to 8 bits per 32-column block (one digit, as llama.cpp
+                  ///< does): a third of the integer work, 7 bits of input precision; other types as `quantized`
 };
 
 inline std::string_view to_string(WeightFormat format) {
@@ -56,8 +58,9 @@ inline std::string_view to_string(WeightFormat format) {
   return "unknown";
 }
 
-/// How one packed matrix stores its weights (see the layout table at the top of this file).
-/// bf16_dot stores weights as bf16 does but multiplies them with bf16-rounded inputs.
+/// How one packed matrix stores its weights (see the layout table at the top of this file) and how the kernel
+/// takes its inputs: bf16_dot stores weights as bf16 does but multiplies them with bf16-rounded inputs; q8_0,
+/// q4_0 and q4_1 take 24-bit integer inputs (three int8 digits), their *_dot twins 8-bit ones.
 enum class PanelEncoding { f32, bf16, bf16_dot, q8_0, q4_0, q4_1, q8_0_dot, q4_0_dot, q4_1_dot };
 
 /// Whether an encoding is built from float rows (rather than from GGUF quant blocks).
@@ -65,7 +68,7 @@ constexpr bool is_float_encoding(PanelEncoding e) {
   return e == PanelEncoding::f32 || e == PanelEncoding::bf16 || e == PanelEncoding::bf16_dot;
 }
 
-/// Whether an encoding multiplies integer quants with int8-quantised inputs (see detail/matmul_dot_kernels.hpp).
+/// Whether an encoding multiplies integer quants with 8-bit inputs (see detail/matmul_dot_kernels.hpp).
 constexpr bool is_dot_encoding(PanelEncoding e) {
   return e == PanelEncoding::q8_0_dot || e == PanelEncoding::q4_0_dot || e == PanelEncoding::q4_1_dot;
 }
@@ -101,23 +104,20 @@ constexpr std::size_t panel_block_bytes(PanelEncoding e) {
   }
 }
 
-/// Byte offset of quant byte j of row lane l inside a block's quants: [j][16] bytes, or for the dot encodings
-/// [j / 4][16][4] bytes.
-constexpr std::size_t quant_offset(bool dot, std::size_t j, std::size_t lane) {
-  return dot ? (j / 4 * panel_rows + lane) * 4 + j % 4 : j * panel_rows + lane;
-}
+/// Byte offset of quant byte j of row lane l inside a block's quants: [j / 4][16][4] bytes.
+constexpr std::size_t quant_offset(std::size_t j, std::size_t lane) { return (j / 4 * panel_rows + lane) * 4 + j % 4; }
 
 /// Byte offset of column k, row lane l in a bf16 panel ([cols/2][16][2]).
 constexpr std::size_t bf16_offset(std::size_t k, std::size_t lane) { return ((k / 2 * panel_rows + lane) * 2 + k % 2) * 2; }
 
-/// Calls visit(w, k) with the 16 rows' weights w[16] of column k, for every column of one panel, in the
-/// kernel's accumulation order. The portable path of the kernel and PackedMatrix::row use it.
+/// Calls visit(w, k) with the 16 rows' (dequantised) weights w[16] of column k, for every column of one panel:
+/// for the float encodings in the kernel's accumulation order (the portable float kernel uses it), for the block
+/// encodings in the order of their quant bytes (PackedMatrix::row uses it; their kernels work on the integers).
 template <class Visit>
 void visit_panel(const std::byte* panel, PanelEncoding encoding, std::size_t cols, Visit&& visit) {
   float w[panel_rows], hi[panel_rows], d[panel_rows], m[panel_rows];
   const std::size_t blocks = cols / quant_block;
   const std::size_t block_bytes = panel_block_bytes(encoding);
-  const bool dot = is_dot_encoding(encoding);
   switch (block_type(encoding)) {
     case PanelEncoding::f32:
       for (std::size_t k = 0; k < cols; ++k) {
@@ -139,7 +139,7 @@ void visit_panel(const std::byte* panel, PanelEncoding encoding, std::size_t col
         for (std::size_t j = 0; j < quant_block; ++j) {
           for (std::size_t l = 0; l < panel_rows; ++l)
             w[l] = static_cast<float>(static_cast<std::int8_t>(
-                       static_cast<unsigned>(block[2 * panel_rows + quant_offset(dot, j, l)]) ^ (dot ? 0x80u : 0u))) *
+                       static_cast<unsigned>(block[2 * panel_rows + quant_offset(j, l)]) ^ 0x80u)) *
                    d[l];
           visit(w, b * quant_block + j);
         }
@@ -157,7 +157,7 @@ void visit_panel(const std::byte* panel, PanelEncoding encoding, std::size_t col
         }
         for (std::size_t j = 0; j < quant_block / 2; ++j) {
           for (std::size_t l = 0; l < panel_rows; ++l) {
-            const auto q = static_cast<unsigned>(block[q_offset + quant_offset(dot, j, l)]);
+            const auto q = static_cast<unsigned>(block[q_offset + quant_offset(j, l)]);
             w[l] = static_cast<float>(q & 15u) * d[l] + m[l];
             hi[l] = static_cast<float>(q >> 4) * d[l] + m[l];
           }
@@ -213,8 +213,7 @@ class PackedMatrix {
     if (cols % quant_block != 0) specdec::detail::fail("quantized matrix needs cols divisible by 32, got ", cols);
     PackedMatrix m(rows, cols, encoding);
     const bool has_min = block_type(encoding) == PanelEncoding::q4_1;
-    const bool dot = is_dot_encoding(encoding);
-    const auto flip = std::byte(encoding == PanelEncoding::q8_0_dot ? 0x80 : 0);  // int8 -> uint8 + 128
+    const auto flip = std::byte(block_type(encoding) == PanelEncoding::q8_0 ? 0x80 : 0);  // int8 -> uint8 + 128
     const std::size_t scales = has_min ? 2 : 1;  // f16 values before the quants in a GGUF block
     const std::size_t quant_bytes = block_type(encoding) == PanelEncoding::q8_0 ? quant_block : quant_block / 2;
     const std::size_t gguf_block = 2 * scales + quant_bytes;
@@ -228,7 +227,7 @@ class PackedMatrix {
         std::byte* dst = panel + b * block_bytes;
         for (std::size_t s = 0; s < scales; ++s) std::memcpy(dst + (s * panel_rows + lane) * 2, src + 2 * s, 2);
         for (std::size_t j = 0; j < quant_bytes; ++j)
-          dst[2 * scales * panel_rows + detail::quant_offset(dot, j, lane)] = src[2 * scales + j] ^ flip;
+          dst[2 * scales * panel_rows + detail::quant_offset(j, lane)] = src[2 * scales + j] ^ flip;
       }
     }
     return m;

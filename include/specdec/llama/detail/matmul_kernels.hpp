@@ -1,10 +1,11 @@
-// specdec/llama/detail/matmul_kernels.hpp — the float inner loops behind specdec::llama::matmul.
+// specdec/llama/detail/matmul_kernels.hpp — the float inner loops behind specdec::llama::matmul (the float
+// encodings: f32, bf16, bf16_dot).
 // Entry point: detail::matmul_panels_avx512. Read first: ../matmul.hpp (layouts and the batch-invariance
-// argument). Read next: matmul_dot_kernels.hpp (the integer dot encodings and the dispatcher matmul_panels).
+// argument). Read next: matmul_dot_kernels.hpp (the block encodings' integer kernels and the dispatcher).
 //
 // Both paths walk a panel's columns in the order visit_panel defines and keep one accumulator per
 // (row, position) that starts at zero and sees one multiply-add per column. The AVX-512 path holds R panels ×
-// P positions of accumulators in registers so that each weight vector loaded (and dequantised) is used
+// P positions of accumulators in registers so that each weight vector loaded (and widened) is used
 // R·P times; R and P only change register allocation, never an accumulator's operation sequence.
 #pragma once
 
@@ -86,7 +87,7 @@ inline void matmul_panels_portable(const MatmulOutput& out, std::size_t first, s
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 // ---------------------------------------------------------------------------------------------------------
-// AVX-512 path. Each visitor loads (and dequantises) R panels' weights for one column at a time and hands
+// AVX-512 path. Each visitor loads (and widens) R panels' weights for one column at a time and hands
 // them to fn(w, k); the kernel multiplies them into R × P accumulators.
 
 struct VisitF32 {
@@ -120,55 +121,6 @@ struct VisitBf16 {
 SPECDEC_ALWAYS_INLINE __m512 load_f16x16(const std::byte* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
-
-struct VisitQ8_0 {
-  template <int R, class Fn>
-  static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, Fn&& fn) {
-    constexpr std::size_t block_bytes = panel_block_bytes(PanelEncoding::q8_0);
-    for (std::size_t b = 0; b < cols / quant_block; ++b) {
-      __m512 d[R];
-      for (int r = 0; r < R; ++r) d[r] = load_f16x16(panel[r] + b * block_bytes);
-      for (std::size_t j = 0; j < quant_block; ++j) {
-        __m512 w[R];
-        for (int r = 0; r < R; ++r) {
-          const std::byte* q = panel[r] + b * block_bytes + 2 * panel_rows + j * panel_rows;
-          const __m512i qi = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
-          w[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(qi), d[r]);
-        }
-        fn(w, b * quant_block + j);
-      }
-    }
-  }
-};
-
-template <bool HasMin>
-struct VisitQ4 {
-  template <int R, class Fn>
-  static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, Fn&& fn) {
-    constexpr std::size_t block_bytes = panel_block_bytes(HasMin ? PanelEncoding::q4_1 : PanelEncoding::q4_0);
-    constexpr std::size_t q_offset = (HasMin ? 4 : 2) * panel_rows;
-    const __m512i low = _mm512_set1_epi32(15);
-    for (std::size_t b = 0; b < cols / quant_block; ++b) {
-      __m512 d[R], m[R];
-      for (int r = 0; r < R; ++r) {
-        d[r] = load_f16x16(panel[r] + b * block_bytes);
-        // q4_0: (q − 8)·d computed as fma(q, d, −8·d), which is exact in −8·d and rounds once like (q − 8)·d.
-        m[r] = HasMin ? load_f16x16(panel[r] + b * block_bytes + 2 * panel_rows) : _mm512_mul_ps(d[r], _mm512_set1_ps(-8.0f));
-      }
-      for (std::size_t j = 0; j < quant_block / 2; ++j) {
-        __m512 lo_w[R], hi_w[R];
-        for (int r = 0; r < R; ++r) {
-          const std::byte* q = panel[r] + b * block_bytes + q_offset + j * panel_rows;
-          const __m512i qi = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
-          lo_w[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(qi, low)), d[r], m[r]);
-          hi_w[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(qi, 4)), d[r], m[r]);
-        }
-        fn(lo_w, b * quant_block + j);
-        fn(hi_w, b * quant_block + quant_block / 2 + j);
-      }
-    }
-  }
-};
 
 /// Writes (or adds) R × P accumulators to their outputs, masking the padded rows of the last panel.
 template <int R, int P>
@@ -253,10 +205,10 @@ constexpr std::array<KernelFn, sizeof...(P)> kernel_table(std::integer_sequence<
 }
 
 /// Panels per kernel step for a group of `count` positions: as many accumulators as the 32 registers allow
-/// next to the weights (and, for block encodings, their scales).
-inline std::size_t panels_per_step(PanelEncoding encoding, std::size_t count) {
+/// next to the weights.
+inline std::size_t panels_per_step(std::size_t count) {
   if (count <= 2) return 4;
-  return count <= (is_float_encoding(encoding) ? 12u : 8u) ? 2 : 1;
+  return count <= 12 ? 2 : 1;
 }
 
 /// Interleaves the inputs of each position group: xt[begin·cols + k·count + i] = x[begin + i, k]; for the
@@ -309,7 +261,7 @@ void matmul_panels_avx512(const MatmulOutput& out, std::size_t first, std::size_
     const std::size_t block_end = std::min(last, b + block);
     for (std::size_t g = 0; g < group_count(positions); ++g) {
       const std::size_t begin = group_begin(positions, g), count = group_begin(positions, g + 1) - begin;
-      const std::size_t step = panels_per_step(out.weights->encoding(), count);
+      const std::size_t step = panels_per_step(count);
       const float* xt = interleaved + begin * cols;
       MatmulOutput og = out;
       og.y = out.y + begin * out.y_stride;
