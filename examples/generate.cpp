@@ -40,8 +40,8 @@ constexpr const char* kUsage = R"(usage: specdec-generate [options]
   --threads N               threads (default 1)
   --format F                in-memory weights: f32 | bf16 | bf16_dot | quantized | quantized_dot (default
                             quantized_dot: integer dot products with inputs rounded to int8 per 32
-                            columns; quantized: the same products with 24-bit inputs, as precise as
-                            float math, slower on verify passes)
+                            columns; quantized: the same products with 24-bit inputs, about as
+                            precise as float math, slower on verify passes)
   --max-context N           KV cache positions (default 4096)
   --kv-format F             KV cache element: f16 (half precision, as llama.cpp's default; half the bytes
                             attention reads) | f32 (keys and values exactly as computed) (default f16)

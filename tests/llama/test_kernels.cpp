@@ -248,6 +248,58 @@ TEST_CASE("the 24-bit input encodings are as precise as float products", "[kerne
   }
 }
 
+TEST_CASE("24-bit inputs: the vector and scalar quantisers write the same bytes, and the digits give back X", "[kernels]") {
+  namespace d = specdec::llama::detail;
+  std::vector<std::vector<float>> blocks;
+  const auto normal = random_inputs(1, 32 * 8, 47);
+  for (std::size_t b = 0; b < 8; ++b) blocks.emplace_back(normal.begin() + 32 * b, normal.begin() + 32 * (b + 1));
+  std::vector<float> edge(32, 0.0f);  // the extreme digits and exact ties at shift 0
+  const float values[] = {-8355711.0f, 8355711.0f, 128.0f, -128.0f, 127.5f, -127.5f, 0.5f, -0.5f, 1.5f, -2.5f,
+                          65535.5f, -65536.0f, 32768.0f, -32896.0f, 1e-45f, 0.0f};
+  std::copy(std::begin(values), std::end(values), edge.begin());
+  blocks.push_back(edge);
+  std::vector<float> shifted(32, 0.25f);  // a largest mantissa just under 2: one shift less
+  shifted[3] = 0x1.fffffep0f;
+  shifted[9] = -0x1.fffffep-1f;
+  blocks.push_back(shifted);
+  std::vector<float> subnormal(32, 0.0f);  // the largest shift, 149: subnormals stay exact
+  for (std::size_t j = 0; j < 32; ++j) subnormal[j] = (j % 2 ? -1.0f : 1.0f) * 1e-45f * static_cast<float>(j * 977 % 4096);
+  blocks.push_back(subnormal);
+  blocks.push_back(std::vector<float>(32, 0.0f));
+  std::vector<float> spread(32, 1e-30f);  // 60 binades: the small inputs round to 0
+  spread[5] = -1e30f;
+  blocks.push_back(spread);
+  for (std::size_t b = 0; b < blocks.size(); ++b) {
+    CAPTURE(b);
+    std::byte fast[d::wide_entry_bytes], portable[d::wide_entry_bytes];
+    d::quantize_block_wide(blocks[b].data(), fast);
+    d::quantize_block_wide_portable(blocks[b].data(), portable);
+    REQUIRE(std::memcmp(fast, portable, sizeof fast) == 0);
+    float scale;
+    std::memcpy(&scale, portable + 108, 4);
+    const int s = -std::ilogb(scale);
+    std::int32_t sums[3] = {0, 0, 0}, total = 0;
+    for (std::size_t j = 0; j < 32; ++j) {
+      const std::int32_t l = static_cast<std::int8_t>(portable[j]), m = static_cast<std::int8_t>(portable[32 + j]),
+                         h = static_cast<std::int8_t>(portable[64 + j]);
+      const std::int32_t X = h * 65536 + m * 256 + l;
+      REQUIRE(std::abs(static_cast<double>(X) - std::ldexp(static_cast<double>(blocks[b][j]), s)) <= 0.5);
+      REQUIRE(std::abs(X) <= d::wide_max);
+      sums[0] += l, sums[1] += m, sums[2] += h, total += X;
+    }
+    std::int32_t stored[3];
+    std::memcpy(stored, portable + 96, 12);
+    REQUIRE(std::equal(stored, stored + 3, sums));
+    float sx;
+    std::memcpy(&sx, portable + 112, 4);
+    REQUIRE(sx == static_cast<float>(total) * scale);
+  }
+  REQUIRE(d::wide_shift(8355711.0f) == 0);
+  REQUIRE(d::wide_shift(0x1.fffffep0f) == 21);  // 2^22 · 1.99999988 would exceed wide_max
+  REQUIRE(d::wide_shift(1.5f) == 22);
+  REQUIRE(d::wide_shift(1e-45f) == 149);
+}
+
 TEST_CASE("matmul of n positions is bit-identical to n single-position products, any thread count", "[kernels]") {
   const std::size_t rows = 200, cols = 128;
   for (auto encoding : all_encodings)

@@ -2,7 +2,8 @@
 // Entry point: matmul. Read first: packed_matrix.hpp (weight layouts). Read next: llama_model.hpp.
 //
 // Batch invariance: y[p, r] = Σ_k W[r, k]·x[p, k] is accumulated in one register lane per (row, position), from
-// zero, with one fused multiply-add per k in a fixed k order that depends only on the encoding. How many
+// zero, in a fixed order that depends only on the encoding: one fused multiply-add per k for the float
+// encodings, one fixed float sequence per 32-column block of exact integer sums for the block encodings. How many
 // positions share a pass over the weights, how many panels a step covers and which thread owns a row change
 // only which registers hold the accumulators, never their operation sequence; the reduction dimension is
 // never split. So a position's output is bit-identical for any number of positions and threads.

@@ -41,8 +41,9 @@ enum class WeightFormat {
   bf16_dot,   ///< bf16 weights, and activations rounded to bf16 inside each product (AVX-512 BF16 dot products:
               ///< twice the multiply rate of f32; the one format whose arithmetic differs from float math)
   quantized,  ///< Q4_0 / Q4_1 / Q8_0 blocks kept as they are, multiplied as integers (VNNI dot products) with the
-              ///< inputs as 24-bit integers per 32-column block, split into three int8 digits: as precise as float
-              ///< products (the largest input of a block keeps 23 of its 24 bits); other tensor types as f32
+              ///< inputs as 24-bit integers per 32-column block, split into three int8 digits: about as precise as
+              ///< float products (every input within 2^-23 of its block's largest); other tensor types as f32.
+              ///< Without AVX-512 VNNI it runs the scalar twin.
   quantized_dot,  ///< the same blocks, with inputs quantised to 8 bits per 32-column block (one digit, as llama.cpp
                   ///< does): a third of the integer work, 7 bits of input precision; other types as `quantized`
 };

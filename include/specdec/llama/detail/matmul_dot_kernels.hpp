@@ -34,13 +34,16 @@ namespace specdec::llama::detail {
 // sequence: acc = fma(float(s), d·dx, acc), then for q4_1 acc = fma(m, mx, acc). Both paths do exactly that.
 //
 // Inputs of q8_0, q4_0 and q4_1 (three digits, the `quantized` format): X = nearbyint(x·2^s) per 32-column
-// block, s the largest integer with max|X| <= wide_max (so the block's largest input keeps 23 of its 24
-// significant bits, and scaling by a power of two is exact), split into balanced int8 digits
-// X = h·2^16 + m·2^8 + l. Entry (position, block), 128 bytes:
-//   l[32] | m[32] | h[32] int8 | Σl, Σm, Σh int32 | 2^-s float | sx = float(ΣX)·2^-s float | 8 bytes padding
+// block, s the largest integer with max|X| <= wide_max, at most 149 (scaling by a power of two is exact; the
+// block's largest input keeps 23 of its 24 significant bits, 22 when its mantissa is above wide_max / 2^22, and
+// every input lies within 2^-23 of the largest of its block; subnormal blocks stay exact: their inputs are
+// multiples of 2^-149), split into balanced int8 digits X = h·2^16 + m·2^8 + l. Entry (position, block),
+// 128 bytes:
+//   l[32] | m[32] | h[32] int8 | Σl, Σm, Σh int32 | 2^-s float | sx = float(ΣX)·2^-s float | 12 bytes padding
 // Per block and digit the exact integer sums S_l, S_m, S_h (each corrected to the signed weight as above), then
 // the fixed float sequence T = fma(float(S_h), 2^16, float(S_m·2^8 + S_l)), acc = fma(T·2^-s, d, acc), and for
-// q4_1 acc = fma(m, sx, acc). T·2^-s is the block's dot product with the inputs to within two roundings.
+// q4_1 acc = fma(m, sx, acc). T·2^-s is the block's dot product with the inputs to within two roundings (it
+// overflows only for inputs above about 2^115, where float products are near overflow too).
 
 inline constexpr std::size_t dot_entry_bytes = 48;
 inline constexpr std::size_t wide_entry_bytes = 128;
@@ -101,13 +104,14 @@ inline void quantize_block(const float* xb, std::byte* e) {
 #endif
 }
 
-/// The scaling exponent s of a block of 24-bit inputs: the largest with max|x|·2^s <= wide_max (0 for a block
-/// of zeros or a non-finite maximum).
+/// The scaling exponent s of a block of 24-bit inputs: the largest with max|x|·2^s <= wide_max, at most 149
+/// (0 for a block of zeros or a non-finite maximum). With 149 every float below 2^-127 is an integer below 2^22
+/// after scaling, and 2^-149 is still a float (a larger s would make the block's scale 0).
 inline int wide_shift(float amax) {
   if (!(amax > 0.0f) || !std::isfinite(amax)) return 0;
   int s = 22 - std::ilogb(amax);  // amax·2^s in [2^22, 2^23)
   if (std::ldexp(amax, s) > static_cast<float>(wide_max)) --s;
-  return s;
+  return std::min(s, 149);
 }
 
 /// Writes an entry's digit sums, scale and input sum (the digits are written by the caller).
@@ -307,10 +311,11 @@ void panel_kernel_qdot(const MatmulOutput& out, std::size_t panel, const std::by
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
   const __m512i low = _mm512_set1_epi8(0x0F);
   const std::size_t blocks = w.cols() / quant_block;
-  // Once the kernel is compute-bound (from 6 positions with one digit, 2 with three), the hardware prefetcher,
-  // which follows the demand, leaves memory idle between panels (8 and 9 positions ran at 60-65% of the
-  // in-cache rate): each block also asks for the same block of the next panel. (Measured on a 94 MB matrix, 2
-  // threads, one digit: 9 positions 7.6-8.6 -> 5.0 ms; with fewer positions the gain was within the noise.)
+  // Once the kernel is compute-bound, the hardware prefetcher, which follows the demand, leaves memory idle
+  // between panels (8 and 9 positions ran at 60-65% of the in-cache rate): each block also asks for the same
+  // block of the next panel. (Measured on a 94 MB matrix, 2 threads, one digit: 9 positions 7.6-8.6 -> 5.0 ms;
+  // with fewer positions the gain was within the noise. Three digits do three times the work per weight, so
+  // they start at 2 positions: not measured separately.)
   constexpr int prefetch_from = Digits == 1 ? 6 : 2;
   const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(panels[R - 1]) + w.panel_bytes();
   for (std::size_t b = 0; b < blocks; ++b) {
@@ -341,18 +346,15 @@ void panel_kernel_qdot(const MatmulOutput& out, std::size_t panel, const std::by
       const auto word = [e](int t, int g) SPECDEC_ALWAYS_INLINE_LAMBDA {
         return _mm512_set1_epi32(gguf::detail::load_i32(e + 32 * t + 4 * g));
       };
-      // The exact integer dot product of 16 rows' signed weights with digit plane t (two chains: integer adds
-      // are exact in any order).
+      // The exact integer dot product of 16 rows' signed weights with digit plane t: the chains start from the
+      // offset correction (two chains; integer adds are exact in any order).
       const auto digit_dot = [&](int r, int t, std::int32_t digit_sum) SPECDEC_ALWAYS_INLINE_LAMBDA {
-        __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+        __m512i s0 = _mm512_set1_epi32(-offset * digit_sum), s1 = _mm512_setzero_si512();
         for (int g = 0; g < 8; g += 2) {
           s0 = _mm512_dpbusd_epi32(s0, q[r][g], word(t, g));
           s1 = _mm512_dpbusd_epi32(s1, q[r][g + 1], word(t, g + 1));
         }
-        const __m512i s = _mm512_add_epi32(s0, s1);
-        (void)digit_sum;
-        if constexpr (offset != 0) return _mm512_sub_epi32(s, _mm512_set1_epi32(offset * digit_sum));
-        return s;
+        return _mm512_add_epi32(s0, s1);
       };
       std::int32_t sums[Digits];
       float scale, mx;
