@@ -367,17 +367,23 @@ double verify_seconds(const std::map<std::size_t, double>& t, double width) {
   return t.at(lo) + f * (t.at(hi) - t.at(lo));
 }
 
-/// Cost samples taken between the tasks of one configuration: the cost model's inputs measured in the same
-/// minutes as the decoding they predict (the machine's speed drifts by 10-20% within minutes). Each entry is
-/// one task's sample (itself the median of a few calls, which keeps out a call that the OS interrupted); the
-/// costs are their mean, as the measured speedup is total tokens over the tasks' total time: when the machine
-/// changes phase during a configuration, a median would take one phase's cost where the runs average both.
+/// Cost samples taken around the tasks of one configuration: the cost model's inputs measured in the same
+/// minutes as the decoding they predict (the machine's speed drifts by 10-20% within minutes). One sample before
+/// the first task and one after each task (each the median of a few calls, which keeps out a call that the OS
+/// interrupted), so that every task sits between two samples. A task's costs are the mean of the two around it,
+/// and the configuration's costs the mean over its tasks, as the measured speedup is total tokens over the
+/// tasks' total time: when the machine changes phase during a configuration, a median would take one phase's
+/// cost where the runs average both.
 struct CostSamples {
-  std::map<std::size_t, std::vector<double>> verify;  // width -> seconds, one entry per task
-  std::vector<double> draft;                          // seconds per draft step, one entry per task
+  std::map<std::size_t, std::vector<double>> verify;  // width -> seconds, in the order taken
+  std::vector<double> draft;                          // seconds per draft step, in the order taken
 
+  /// The mean over the tasks of the mean of the samples on either side of each: v.size() - 1 tasks (a single
+  /// sample is its own mean).
   static double mean(const std::vector<double>& v) {
-    return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+    if (v.size() < 2) return v.empty() ? 0.0 : v.front();
+    const double inner = std::accumulate(v.begin() + 1, v.end() - 1, 0.0);
+    return (inner + 0.5 * (v.front() + v.back())) / static_cast<double>(v.size() - 1);
   }
   std::map<std::size_t, double> verify_table() const {
     std::map<std::size_t, double> t;
@@ -393,7 +399,7 @@ void BM_Speculative(benchmark::State& state, const std::string& kind, const std:
   CostSamples costs;
   std::vector<std::size_t> widths(k + 1);
   std::iota(widths.begin(), widths.end(), std::size_t{1});
-  const std::size_t cost_repeats = 3;  // per task: 6 tasks give 18 samples of each cost
+  const std::size_t cost_repeats = 3;  // per sample: 6 tasks give 7 samples of 3 calls each
   for (auto _ : state) {
     with_draft(draft_name, [&](auto& draft) {
       const auto sample_costs = [&] {
@@ -402,6 +408,7 @@ void BM_Speculative(benchmark::State& state, const std::string& kind, const std:
         costs.draft.push_back(draft_step_seconds(draft, kind, cost_repeats));
       };
       const auto go = [&](auto acceptance, auto length_policy) {
+        sample_costs();  // before the first task: every task then sits between two samples
         SpeculativeDecoder decoder(draft, bench.target, acceptance, length_policy);
         return run_tasks(kind, mode, [&](std::span<const Token> prompt, GenerateOptions options) {
           options.draft_length = k;
