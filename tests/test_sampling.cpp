@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <random>
 #include <specdec/specdec.hpp>
 
@@ -162,6 +163,56 @@ TEST_CASE("inverse-cdf sampling picks the first index whose cumulative mass exce
   CHECK(sample_index(p, 0.74) == 3);
   CHECK(sample_index(p, 0.76) == 4);
   CHECK(sample_index(p, 0.9999999) == 4);
+}
+
+TEST_CASE("on long sparse rows inverse-cdf sampling and top-p keep what plain scans would, in every block", "[sampling]") {
+  // Both skip zero or negligible entries 64 at a time by bit masks; the row lengths put the kept entries in
+  // full blocks, in a partial last block and on the blocks' edges.
+  std::mt19937 rng(11);
+  for (const std::size_t n : {5u, 63u, 64u, 65u, 127u, 128u, 1000u, 4099u}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<double> probs(n, 0.0);
+      const std::size_t kept = 1 + rng() % std::min<std::size_t>(n, 9);
+      for (std::size_t j = 0; j < kept; ++j) probs[trial % 3 == 0 && j == 0 ? n - 1 : rng() % n] += 1.0 + rng() % 4;
+      const double total = std::accumulate(probs.begin(), probs.end(), 0.0);
+      for (const double u : {0.001, 0.3, 0.5, 0.77, 0.999999}) {
+        // Reference: the first index whose running sum of the positive entries exceeds u·total.
+        double cumulative = 0.0;
+        Token expected = -1;
+        for (std::size_t i = 0; i < n && expected < 0; ++i)
+          if (probs[i] > 0.0 && (cumulative += probs[i]) > u * total) expected = static_cast<Token>(i);
+        REQUIRE(sample_index(probs, u) == expected);
+      }
+    }
+    // Top-p over a row whose mass sits in a few tokens scattered over the blocks (and the last position):
+    // the kept set is the smallest set of most probable tokens reaching top_p, renormalised.
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<float> row(n, -40.0f);
+      for (int j = 0; j < 6; ++j) row[rng() % n] = static_cast<float>(rng() % 8);
+      if (trial % 2) row[n - 1] = 8.5f;
+      const float top_p = trial % 4 < 2 ? 0.9f : 0.6f;
+      std::vector<double> p;
+      transform_logits(row, {.temperature = 1.0f, .top_p = top_p}, p);
+      std::vector<std::size_t> order(n);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return row[a] > row[b]; });
+      double z = 0.0;
+      for (float l : row) z += std::exp(static_cast<double>(l));
+      std::vector<bool> in(n, false);
+      double mass = 0.0, kept_mass = 0.0;
+      for (std::size_t i : order) {
+        if (mass >= top_p) break;
+        in[i] = true;
+        mass += std::exp(static_cast<double>(row[i])) / z;
+        kept_mass += std::exp(static_cast<double>(row[i]));
+      }
+      for (std::size_t i = 0; i < n; ++i) {
+        INFO("n " << n << ", trial " << trial << ", index " << i);
+        if (in[i]) REQUIRE(p[i] == Approx(std::exp(static_cast<double>(row[i])) / kept_mass).epsilon(1e-5));
+        else REQUIRE(p[i] == 0.0);
+      }
+    }
+  }
 }
 
 TEST_CASE("plain sampling matches the exact distribution of the first three tokens", "[sampling][chi2]") {

@@ -5,6 +5,8 @@
 // Read next: decoder.hpp (who drives a Session).
 #pragma once
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <concepts>
 #include <cstdint>
@@ -78,9 +80,15 @@ struct RejectionSampling {
       const auto x = static_cast<std::size_t>(drafted);
       // Accept with probability min(1, p(x)/q(x)), written without the division; q(x) > 0 since x ~ q.
       if (rng_.uniform(position, RandomStream::accept) * q[x] < p_[x]) return {true, drafted};
-      double mass = 0.0;
-      for (std::size_t i = 0; i < p_.size(); ++i) mass += (p_[i] = std::max(0.0, p_[i] - q[i]));
-      if (!(mass > 0.0)) transform_logits(row, params_, p_);  // p == q up to rounding: the residual is p itself
+      // The residual's mass is only tested for being positive, so a count of positive entries does (a running
+      // sum was a serial chain of 49k dependent adds per rejection, 50 us).
+      std::size_t positive = 0;
+      for (std::size_t i = 0; i < p_.size(); ++i) {
+        const double r = std::max(0.0, p_[i] - q[i]);
+        p_[i] = r;
+        positive += r > 0.0;
+      }
+      if (positive == 0) transform_logits(row, params_, p_);  // p == q up to rounding: the residual is p itself
       return {false, sample_index(p_, rng_.uniform(position, RandomStream::target))};
     }
 
@@ -127,11 +135,14 @@ struct CoupledSampling {
       const std::uint64_t start = (std::uint64_t{key[0]} << 32) | key[1];
       Token best = 0;
       double best_score = std::numeric_limits<double>::infinity();
-      for (std::size_t i = 0; i < probs_.size(); ++i) {
-        if (probs_[i] <= 0.0) continue;  // noise only where it can matter: top-k/top-p leave few tokens
-        const double score = exponential_noise(start, i) / probs_[i];  // argmin E/p == argmax log p + Gumbel
-        if (score < best_score) best_score = score, best = static_cast<Token>(i);
-      }
+      // Noise only where it can matter: top-k and top-p leave few tokens.
+      detail::for_each_kept(
+          probs_.size(), [&](std::size_t i) { return !(probs_[i] <= 0.0); },
+          [&](std::size_t i) {
+            const double score = exponential_noise(start, i) / probs_[i];  // argmin E/p == argmax log p + Gumbel
+            if (score < best_score) best_score = score, best = static_cast<Token>(i);
+            return false;
+          });
       return best;
     }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -92,6 +93,21 @@ double sum_in_lanes(const T* v, std::size_t n) {
   return ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
 }
 
+/// Calls visit(i) for every i < n where keep(i), in increasing order, and stops early when visit returns true
+/// (then returns true). Finds them 64 at a time through a bit mask built by one vectorised compare, for rows
+/// where few entries count: a branch per entry mispredicted on the scattered few.
+template <class Keep, class Visit>
+bool for_each_kept(std::size_t n, Keep&& keep, Visit&& visit) {
+  for (std::size_t b = 0; b < n; b += 64) {
+    const std::size_t width = std::min<std::size_t>(64, n - b);
+    std::uint64_t bits = 0;
+    for (std::size_t j = 0; j < width; ++j) bits |= static_cast<std::uint64_t>(keep(b + j) ? 1 : 0) << j;
+    for (; bits != 0; bits &= bits - 1)
+      if (visit(b + static_cast<std::size_t>(std::countr_zero(bits)))) return true;
+  }
+  return false;
+}
+
 /// Keeps the smallest set of most probable candidates (`order`: indices into `probs`, a distribution) whose mass
 /// reaches top_p, by weighted quickselect in expected O(candidates); rank: higher probability first, lower index
 /// first on a tie. Zeroes the rest, leaves the kept indices in `order` and returns their mass.
@@ -173,15 +189,16 @@ inline void transform_logits(std::span<const float> row, const SamplingParams& p
   const float prefilter = static_cast<float>(floor * sum * 0.999);
   thread_local std::vector<std::uint32_t> order;
   order.clear();
-  for (std::size_t i = 0; i < n; ++i) {
-    const float w = weights[static_cast<Eigen::Index>(i)];
-    if (!(w > prefilter)) continue;
-    const double p = static_cast<double>(w) / sum;
-    if (p > floor) {
-      out[i] = p;
-      order.push_back(static_cast<std::uint32_t>(i));
-    }
-  }
+  detail::for_each_kept(
+      n, [&](std::size_t i) { return weights[static_cast<Eigen::Index>(i)] > prefilter; },
+      [&](std::size_t i) {
+        const double p = static_cast<double>(weights[static_cast<Eigen::Index>(i)]) / sum;
+        if (p > floor) {
+          out[i] = p;
+          order.push_back(static_cast<std::uint32_t>(i));
+        }
+        return false;
+      });
   const double kept = detail::keep_top_p(out, order, params.top_p);
   for (std::uint32_t i : order) out[i] /= kept;
 }
@@ -193,12 +210,17 @@ inline Token sample_index(std::span<const double> probs, double u) {
   const double target = u * total;
   double cumulative = 0.0;
   std::size_t last_positive = 0;
-  for (std::size_t i = 0; i < probs.size(); ++i) {
-    if (probs[i] <= 0.0) continue;
-    cumulative += probs[i];
-    last_positive = i;
-    if (cumulative > target) return static_cast<Token>(i);
-  }
+  Token chosen = -1;
+  // Top-k and top-p leave most entries 0.
+  detail::for_each_kept(
+      probs.size(), [&](std::size_t i) { return !(probs[i] <= 0.0); },
+      [&](std::size_t i) {
+        cumulative += probs[i];
+        last_positive = i;
+        if (cumulative > target) chosen = static_cast<Token>(i);
+        return chosen >= 0;
+      });
+  if (chosen >= 0) return chosen;
   return static_cast<Token>(last_positive);  // rounding left target at the very end
 }
 
