@@ -210,18 +210,16 @@ inline Token sample_index(std::span<const double> probs, double u) {
   const double target = u * total;
   double cumulative = 0.0;
   std::size_t last_positive = 0;
-  Token chosen = -1;
-  // Top-k and top-p leave most entries 0.
+  // Top-k and top-p leave most entries 0. The scan stops at the chosen index, which is then the last positive
+  // one seen; a scan that never passes target (rounding) ends at the very last positive entry.
   detail::for_each_kept(
       probs.size(), [&](std::size_t i) { return !(probs[i] <= 0.0); },
       [&](std::size_t i) {
         cumulative += probs[i];
         last_positive = i;
-        if (cumulative > target) chosen = static_cast<Token>(i);
-        return chosen >= 0;
+        return cumulative > target;
       });
-  if (chosen >= 0) return chosen;
-  return static_cast<Token>(last_positive);  // rounding left target at the very end
+  return static_cast<Token>(last_positive);
 }
 
 }  // namespace specdec
