@@ -147,6 +147,12 @@ std::size_t default_repeats() { return std::stoul(env("SPECDEC_BENCH_REPEATS", "
 /// after each call; the widths are sampled in turn, so that the machine's drift cannot bend their ratios.
 /// `between()` runs untimed before each sample: for a draft, a target step, so that the draft finds the caches
 /// as it does while decoding (the target's weights stream through them between draft steps).
+/// A one-position forward (t_AR) is timed right after an untimed one, as plain decoding runs them back to back:
+/// timed right after the widest pass of the turn, as before, its median was 0.5-10% (typically 4%) above that,
+/// and t_AR times plain decoding's tokens/s (1 at most: plain decoding also samples) averaged 1.03-1.05 over a
+/// subset run or a report, 0.97-0.99 now; the prediction was inflated with it.
+/// The context is filled without logits where the model can (append): a forward over the whole context returns
+/// [context, vocab] logits (48 MB at 245 positions), and the first call after freeing them took 2.5x as long.
 template <class M, class Between>
 std::vector<double> median_forward_seconds(M& model, std::size_t context, const std::vector<std::size_t>& widths,
                                            Between&& between, std::size_t repeats = default_repeats()) {
@@ -156,15 +162,22 @@ std::vector<double> median_forward_seconds(M& model, std::size_t context, const 
     filler.insert(filler.end(), task.prompt.begin(), task.prompt.end());
   filler.resize(context + *std::max_element(widths.begin(), widths.end()), 198);
   model.truncate(0);
-  model.forward(std::span<const Token>(filler.data(), context));
+  const std::span<const Token> prefix(filler.data(), context);
+  if constexpr (requires { model.append(prefix); }) model.append(prefix);
+  else model.forward(prefix);
+  const auto step = [&](std::size_t width) {
+    between();
+    const auto start = detail::Clock::now();
+    benchmark::DoNotOptimize(model.forward(std::span<const Token>(filler.data() + context, width)).data());
+    const double seconds = detail::seconds_since(start);
+    model.truncate(context);
+    return seconds;
+  };
   std::vector<std::vector<double>> samples(widths.size());
   for (std::size_t r = 0; r < repeats; ++r)
     for (std::size_t i = 0; i < widths.size(); ++i) {
-      between();
-      const auto start = detail::Clock::now();
-      benchmark::DoNotOptimize(model.forward(std::span<const Token>(filler.data() + context, widths[i])).data());
-      samples[i].push_back(detail::seconds_since(start));
-      model.truncate(context);
+      if (widths[i] == 1) step(1);  // untimed: a one-position pass follows a one-position pass
+      samples[i].push_back(step(widths[i]));
     }
   model.truncate(0);
   std::vector<double> medians;
