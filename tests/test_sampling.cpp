@@ -242,7 +242,8 @@ TEST_CASE("speculative rejection sampling matches the exact distribution for sev
 }
 
 TEST_CASE("speculative rejection sampling with a one-hot prompt-lookup draft matches the exact distribution", "[sampling][chi2]") {
-  const SamplingParams params{.temperature = 0.9f};
+  // top_p = 1: the draft's rows go through the full transform; top_p < 1: the policy keeps them as an index.
+  const SamplingParams params = GENERATE(SamplingParams{.temperature = 0.9f}, SamplingParams{.temperature = 0.9f, .top_p = 0.9f});
   ToyModel target(target_config());
   PromptLookupDraft lookup(kVocab, 2, 1);
   SpeculativeDecoder decoder(lookup, target, RejectionSampling{params});
@@ -256,6 +257,52 @@ TEST_CASE("speculative rejection sampling with a one-hot prompt-lookup draft mat
   CAPTURE(chi.statistic, chi.critical);
   CHECK(drafted > kSamples / 4);  // the draft really proposed
   CHECK(chi.passes());
+}
+
+TEST_CASE("rejection sampling keeps a one-hot draft row as its index and decides as the dense formula does", "[sampling]") {
+  // The textbook computation on dense rows: q = transform(draft row), p = transform(target row); accept x when
+  // u·q(x) < p(x), else sample max(0, p - q) (p itself when that is all zero), with the policy's counter-based
+  // draws. A prompt-lookup row under top_p < 1 is one-hot, and the policy keeps only its index.
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  const std::size_t vocab = 300;
+  std::size_t rejected = 0, accepted = 0;
+  for (const SamplingParams params : {SamplingParams{.temperature = 0.7f, .top_p = 0.95f},
+                                      SamplingParams{.temperature = 1.3f, .top_k = 20, .top_p = 0.6f}}) {
+    for (std::uint64_t seed = 0; seed < 40; ++seed) {
+      RejectionSampling::Session session(RejectionSampling{params}, vocab, seed);
+      const CounterRng draws(seed);
+      for (std::uint64_t position = 0; position < 8; ++position) {
+        std::vector<float> draft_row(vocab, -1e30f), target_row(vocab);
+        for (auto& l : target_row) l = normal(rng);
+        const auto t = static_cast<std::size_t>(rng() % vocab);
+        if (position % 4 == 3) target_row[t] += 8.0f;  // now and then p(t) near 1: an acceptance
+        draft_row[t] = 0.0f;
+        REQUIRE(one_hot_index(draft_row, params) == std::optional<std::size_t>(t));
+        const std::size_t slot = position % 3;
+        const Token proposed = session.propose(draft_row, slot, position);
+        REQUIRE(proposed == static_cast<Token>(t));
+        const Verdict verdict = session.verify(target_row, slot, proposed, position);
+
+        std::vector<double> q, p;
+        transform_logits(draft_row, params, q);
+        transform_logits(target_row, params, p);
+        if (draws.uniform(position, RandomStream::accept) * q[t] < p[t]) {
+          CHECK((verdict.accepted && verdict.token == proposed));
+          ++accepted;
+          continue;
+        }
+        std::vector<double> residual(vocab);
+        for (std::size_t i = 0; i < vocab; ++i) residual[i] = std::max(0.0, p[i] - q[i]);
+        if (std::all_of(residual.begin(), residual.end(), [](double r) { return r == 0.0; })) residual = p;
+        CHECK_FALSE(verdict.accepted);
+        CHECK(verdict.token == sample_index(residual, draws.uniform(position, RandomStream::target)));
+        ++rejected;
+      }
+    }
+  }
+  CHECK(accepted > 20);
+  CHECK(rejected > 200);
 }
 
 TEST_CASE("taking the residual as p instead of max(0, p - q) fails the same test", "[sampling][chi2]") {

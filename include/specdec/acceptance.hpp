@@ -68,24 +68,40 @@ struct RejectionSampling {
     Session(const RejectionSampling& policy, std::size_t, std::uint64_t seed) : params_(policy.params), rng_(seed) {}
 
     Token propose(std::span<const float> row, std::size_t slot, std::uint64_t position) {
-      if (slot >= q_.size()) q_.resize(slot + 1);
-      transform_logits(row, params_, q_[slot]);
+      if (slot >= q_.size()) q_.resize(slot + 1), one_hot_.resize(slot + 1);
+      // A one-hot q (a prompt-lookup draft's row) is kept as its index: no dense row to fill (49k doubles) or to
+      // subtract on rejection. Its sample is that index whatever the draw, and the draws are counter-based, so
+      // skipping one changes no other.
+      if (const auto one = one_hot_index(row, params_)) {
+        one_hot_[slot] = *one;
+        return static_cast<Token>(*one);
+      }
+      one_hot_[slot] = dense;
+      detail::transform_dense(row, params_, q_[slot]);
       return sample_index(q_[slot], rng_.uniform(position, RandomStream::draft));
     }
 
     Verdict verify(std::span<const float> row, std::size_t slot, Token drafted, std::uint64_t position) {
       transform_logits(row, params_, p_);
-      const auto& q = q_.at(slot);
+      const std::size_t one = one_hot_.at(slot);
       const auto x = static_cast<std::size_t>(drafted);
+      const double q_x = one == dense ? q_[slot][x] : (x == one ? 1.0 : 0.0);
       // Accept with probability min(1, p(x)/q(x)), written without the division; q(x) > 0 since x ~ q.
-      if (rng_.uniform(position, RandomStream::accept) * q[x] < p_[x]) return {true, drafted};
-      // The residual's mass is only tested for being positive, so a count of positive entries does (a running
-      // sum was a serial chain of 49k dependent adds per rejection, 50 us).
+      if (rng_.uniform(position, RandomStream::accept) * q_x < p_[x]) return {true, drafted};
+      // The residual max(0, p - q). Its mass is only tested for being positive, so a count of positive entries
+      // does (a running sum was a serial chain of 49k dependent adds per rejection, 50 us). A one-hot q changes p
+      // at its index only (elsewhere max(0, p_i - 0) = p_i).
       std::size_t positive = 0;
-      for (std::size_t i = 0; i < p_.size(); ++i) {
-        const double r = std::max(0.0, p_[i] - q[i]);
-        p_[i] = r;
-        positive += r > 0.0;
+      if (one == dense) {
+        const auto& q = q_[slot];
+        for (std::size_t i = 0; i < p_.size(); ++i) {
+          const double r = std::max(0.0, p_[i] - q[i]);
+          p_[i] = r;
+          positive += r > 0.0;
+        }
+      } else {
+        p_[one] = std::max(0.0, p_[one] - 1.0);
+        for (std::size_t i = 0; i < p_.size(); ++i) positive += p_[i] > 0.0;
       }
       if (positive == 0) transform_logits(row, params_, p_);  // p == q up to rounding: the residual is p itself
       return {false, sample_index(p_, rng_.uniform(position, RandomStream::target))};
@@ -99,7 +115,9 @@ struct RejectionSampling {
    private:
     SamplingParams params_;
     CounterRng rng_;
-    std::vector<std::vector<double>> q_;  // per draft slot: [vocab]
+    static constexpr std::size_t dense = std::numeric_limits<std::size_t>::max();
+    std::vector<std::vector<double>> q_;  // per draft slot: [vocab] (unused while the slot's q is one-hot)
+    std::vector<std::size_t> one_hot_;    // per draft slot: the index of a one-hot q, or `dense`
     std::vector<double> p_;               // [vocab]
   };
 };
@@ -128,8 +146,9 @@ struct CoupledSampling {
 
    private:
     Token choose(std::span<const float> row, std::uint64_t position) {
-      if (params_.temperature == 0.0f) return argmax(row);
-      transform_logits(row, params_, probs_);
+      // A one-hot distribution (temperature 0, a prompt-lookup draft's row) keeps one token: the race's winner.
+      if (const auto one = one_hot_index(row, params_)) return static_cast<Token>(*one);
+      detail::transform_dense(row, params_, probs_);
       const auto key = rng_.block(position, RandomStream::gumbel, 0);
       const std::uint64_t start = (std::uint64_t{key[0]} << 32) | key[1];
       Token best = 0;

@@ -11,6 +11,7 @@
 #include <functional>
 #include <cstddef>
 #include <limits>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -141,34 +142,30 @@ inline double keep_top_p(std::vector<double>& probs, std::vector<std::uint32_t>&
 
 }  // namespace detail
 
-/// The transformed distribution of a logits row:
-///   z = l / T;  keep z_i >= (k-th largest z) when top_k > 0;  p = softmax(z) over the kept tokens;
-///   keep the smallest set of most probable tokens whose mass reaches top_p;  renormalise.
-/// With T == 0 the result is one-hot on argmax(row). `out` is resized to row.size(); entries sum to 1.
-/// Exponentials are taken in float (vectorised), sums in double.
-inline void transform_logits(std::span<const float> row, const SamplingParams& params, std::vector<double>& out) {
+/// The index that transform_logits(row, params) puts all the mass on when its result is one-hot by construction,
+/// else nullopt: the argmax at temperature 0, and with top_p < 1 a row with one clear winner (a prompt-lookup
+/// draft's: 0 for its proposal, -1e30 elsewhere), whose every other weight e^((l - max)/T) is below e^-100, so
+/// that the winner alone reaches top_p. A policy that learns this keeps no dense copy of the row's distribution.
+inline std::optional<std::size_t> one_hot_index(std::span<const float> row, const SamplingParams& params) {
+  if (params.temperature != 0.0f && !(params.top_p < 1.0f)) return std::nullopt;
+  const auto top = static_cast<std::size_t>(argmax(row));
+  if (params.temperature == 0.0f) return top;
+  const std::size_t n = row.size();
+  const Eigen::Map<const Eigen::ArrayXf> logits(row.data(), static_cast<Eigen::Index>(n));
+  const float second = std::max(top > 0 ? logits.head(static_cast<Eigen::Index>(top)).maxCoeff() : -INFINITY,
+                                top + 1 < n ? logits.tail(static_cast<Eigen::Index>(n - top - 1)).maxCoeff() : -INFINITY);
+  if (second < row[top] - 100.0f * params.temperature) return top;
+  return std::nullopt;
+}
+
+namespace detail {
+
+/// transform_logits for a row that one_hot_index() did not take: the full computation.
+inline void transform_dense(std::span<const float> row, const SamplingParams& params, std::vector<double>& out) {
   const std::size_t n = row.size();
   out.assign(n, 0.0);
-  if (params.temperature == 0.0f) {
-    out[static_cast<std::size_t>(argmax(row))] = 1.0;
-    return;
-  }
   const Eigen::Map<const Eigen::ArrayXf> logits(row.data(), static_cast<Eigen::Index>(n));
   const float max = logits.maxCoeff();
-  // A row with one clear winner (a prompt-lookup draft's: 0 for its proposal, -1e30 elsewhere): every other
-  // weight e^((l - max)/T) is below e^-100, so with top_p < 1 the winner alone reaches top_p and the full
-  // computation below ends in exactly this one-hot result. Two passes instead of five (110 -> 20 us per row
-  // of 49k).
-  if (params.top_p < 1.0f) {
-    const float gap = 100.0f * params.temperature;
-    const auto top = static_cast<std::size_t>(argmax(row));
-    const float second = std::max(top > 0 ? logits.head(static_cast<Eigen::Index>(top)).maxCoeff() : -INFINITY,
-                                  top + 1 < n ? logits.tail(static_cast<Eigen::Index>(n - top - 1)).maxCoeff() : -INFINITY);
-    if (second < max - gap) {
-      out[top] = 1.0;
-      return;
-    }
-  }
   thread_local Eigen::ArrayXf weights;  // [vocab], reused: no allocation per row
   weights = ((logits - max) * (1.0f / params.temperature)).exp();
   if (params.top_k > 0 && params.top_k < n) {
@@ -177,7 +174,7 @@ inline void transform_logits(std::span<const float> row, const SamplingParams& p
                      std::greater<>());
     weights = (logits >= sorted[params.top_k - 1]).select(weights, 0.0f);
   }
-  const double sum = detail::sum_in_lanes(weights.data(), n);
+  const double sum = sum_in_lanes(weights.data(), n);
   Eigen::Map<Eigen::ArrayXd> probs(out.data(), static_cast<Eigen::Index>(n));
   if (params.top_p >= 1.0f) {
     probs = weights.cast<double>() / sum;
@@ -189,7 +186,7 @@ inline void transform_logits(std::span<const float> row, const SamplingParams& p
   const float prefilter = static_cast<float>(floor * sum * 0.999);
   thread_local std::vector<std::uint32_t> order;
   order.clear();
-  detail::for_each_kept(
+  for_each_kept(
       n, [&](std::size_t i) { return weights[static_cast<Eigen::Index>(i)] > prefilter; },
       [&](std::size_t i) {
         const double p = static_cast<double>(weights[static_cast<Eigen::Index>(i)]) / sum;
@@ -199,8 +196,25 @@ inline void transform_logits(std::span<const float> row, const SamplingParams& p
         }
         return false;
       });
-  const double kept = detail::keep_top_p(out, order, params.top_p);
+  const double kept = keep_top_p(out, order, params.top_p);
   for (std::uint32_t i : order) out[i] /= kept;
+}
+
+}  // namespace detail
+
+/// The transformed distribution of a logits row:
+///   z = l / T;  keep z_i >= (k-th largest z) when top_k > 0;  p = softmax(z) over the kept tokens;
+///   keep the smallest set of most probable tokens whose mass reaches top_p;  renormalise.
+/// With T == 0 the result is one-hot on argmax(row). `out` is resized to row.size(); entries sum to 1.
+/// Exponentials are taken in float (vectorised), sums in double.
+inline void transform_logits(std::span<const float> row, const SamplingParams& params, std::vector<double>& out) {
+  // A one-hot result takes two passes over the row instead of five (110 -> 20 us per row of 49k).
+  if (const auto one = one_hot_index(row, params)) {
+    out.assign(row.size(), 0.0);
+    out[*one] = 1.0;
+    return;
+  }
+  detail::transform_dense(row, params, out);
 }
 
 /// Inverse-CDF sampling: the first index whose cumulative probability exceeds u * sum(probs).
