@@ -307,6 +307,14 @@ int run_main(int argc, char** argv) {
                           .draft_length = args.k.value_or(args.adaptive ? 8 : 4),
                           .stop_tokens = tokenizer.stop_tokens(),
                           .seed = args.seed};
+  // A draft model is opened and checked before anything is printed: a bad file is an error, not a half-run.
+  std::unique_ptr<LlamaModel> draft_model;
+  if (draft_spec.kind == DraftSpec::Kind::model) {
+    const gguf::File draft_file = gguf::File::open(draft_spec.path);
+    llama::check_same_vocabulary(Tokenizer::from_gguf(draft_file), tokenizer);
+    draft_model = std::make_unique<LlamaModel>(llama::LlamaWeights::load(draft_file, args.format), args.max_context,
+                                               target.pool(), args.kv_format);
+  }
   const bool stream = !args.json;
   if (stream) std::cout << prompt_text << std::flush;
 
@@ -327,16 +335,11 @@ int run_main(int argc, char** argv) {
       main_run = run_speculative(draft, target, args, prompt, options, tokenizer, stream);
       break;
     }
-    case DraftSpec::Kind::model: {
-      const gguf::File draft_file = gguf::File::open(draft_spec.path);
-      llama::check_same_vocabulary(Tokenizer::from_gguf(draft_file), tokenizer);
-      LlamaModel draft(llama::LlamaWeights::load(draft_file, args.format), args.max_context, target.pool(),
-                       args.kv_format);
-      main_run = run_speculative(draft, target, args, prompt, options, tokenizer, stream);
+    case DraftSpec::Kind::model:
+      main_run = run_speculative(*draft_model, target, args, prompt, options, tokenizer, stream);
       break;
-    }
   }
-  if (stream) std::cout << "\n";
+  if (stream) std::cout << "\n" << std::flush;  // before the summary on stderr, which shares the terminal
 
   std::optional<Run> plain;
   if (args.compare) plain = run_plain(target, args, prompt, options, tokenizer, false);

@@ -86,6 +86,10 @@ check("chat answer mentions Paris", "Paris" in out["text"], out["text"])
 r = run("--prompt", "The capital of France is", "--max-tokens", "8", "--compare")
 check("text mode streams the continuation", r.returncode == 0 and r.stdout.startswith("The capital of France is"), r.stdout)
 check("text mode prints speedup and identity", "tokens identical: yes" in r.stderr, r.stderr)
+# On a terminal both streams share one screen: the text's last line ends before the summary starts.
+r = subprocess.run([binary, "--model", model, "--prompt", "The capital of France is", "--max-tokens", "8"],
+                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+check("the summary starts on a line of its own", "\nspeculative: 8 tokens" in r.stdout, repr(r.stdout))
 
 # Error paths: one line on stderr, exit code 2, never a crash.
 errors = [
@@ -109,7 +113,8 @@ errors = [
 for args, message in errors:
     r = run(*args)
     lines = r.stderr.strip().splitlines()
-    check(f"error {args}", r.returncode == 2 and len(lines) == 1 and message in lines[0], f"rc={r.returncode} {r.stderr!r}")
+    check(f"error {args}", r.returncode == 2 and len(lines) == 1 and message in lines[0] and r.stdout == "",
+          f"rc={r.returncode} {r.stderr!r} stdout {r.stdout!r}")
 r = subprocess.run([binary, "--model", "/nonexistent/model.gguf"], capture_output=True, text=True)
 check("missing model file", r.returncode == 2 and "/nonexistent/model.gguf" in r.stderr, r.stderr)
 with open(sys.argv[0], "rb") as f:
@@ -121,7 +126,7 @@ with tempfile.NamedTemporaryFile(suffix=".gguf") as tmp:
     r = subprocess.run([binary, "--model", tmp.name], capture_output=True, text=True)
     check("a file that is not GGUF", r.returncode == 2 and "magic" in r.stderr, r.stderr)
     r = run("--draft", tmp.name)
-    check("a draft file that is not GGUF", r.returncode == 2 and "magic" in r.stderr, r.stderr)
+    check("a draft file that is not GGUF", r.returncode == 2 and "magic" in r.stderr and r.stdout == "", r.stderr)
 
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
