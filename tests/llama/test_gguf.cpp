@@ -650,6 +650,12 @@ TEST_CASE("bad tensor infos are rejected with the tensor named", "[gguf]") {
     w.add_tensor_f32("t", {4}, ramp(4));
     REQUIRE_THROWS_WITH(raw({"t", {4}, 0, data, {}}), "test.gguf: duplicate tensor 't'");
   }
+  SECTION("tensors sharing bytes") {
+    w.add_tensor_f32("a", {16}, ramp(16));  // 64 bytes at offset 0
+    REQUIRE_THROWS_WITH(raw({"b", {8}, 0, data, 32}),
+                        "test.gguf: tensor 'b' data (offset 32) overlaps tensor 'a' (offset 0, 64 bytes)");
+    REQUIRE_NOTHROW(raw({"b", {8}, 0, data, 64}));
+  }
   SECTION("name longer than 63 bytes") {
     REQUIRE_THROWS_WITH(raw({std::string(64, 'n'), {4}, 0, data, {}}), Contains("name has 64 bytes, at most 63 allowed"));
   }

@@ -31,6 +31,7 @@ struct TinyOptions {
   bool separate_output = false;  // write output.weight instead of tying the head to token_embd
   std::string skip;              // a tensor name to leave out
   std::string bad_shape;         // a tensor name to write with a wrong shape
+  std::vector<std::pair<std::string, std::uint64_t>> metadata = {};  // llama.* values written instead of the defaults
 };
 
 TinyOptions separate_output(bool separate) { return TinyOptions{separate, "", ""}; }
@@ -44,16 +45,23 @@ std::vector<std::byte> tiny_llama(const TinyOptions& options = {}) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   GgufWriter w;
   w.add_string("general.architecture", "llama");
-  w.add_uint32("llama.context_length", 256);
-  w.add_uint32("llama.embedding_length", e);
-  w.add_uint32("llama.block_count", layers);
-  w.add_uint32("llama.feed_forward_length", ffn);
-  w.add_uint32("llama.attention.head_count", heads);
-  w.add_uint32("llama.attention.head_count_kv", kv_heads);
-  w.add_uint32("llama.rope.dimension_count", head_dim);
+  const auto meta = [&](const std::string& key, std::uint64_t value) {
+    for (const auto& [k, v] : options.metadata)
+      if (k == key) return w.add_uint64(key, v);
+    w.add_uint32(key, static_cast<std::uint32_t>(value));
+  };
+  meta("llama.context_length", 256);
+  meta("llama.embedding_length", e);
+  meta("llama.block_count", layers);
+  meta("llama.feed_forward_length", ffn);
+  meta("llama.attention.head_count", heads);
+  meta("llama.attention.head_count_kv", kv_heads);
+  meta("llama.rope.dimension_count", head_dim);
+  for (const auto& [k, v] : options.metadata)
+    if (k == "llama.attention.key_length") w.add_uint64(k, v);
   w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
   w.add_float32("llama.rope.freq_base", 10000.0f);
-  w.add_uint32("llama.vocab_size", vocab);
+  meta("llama.vocab_size", vocab);
   auto add = [&](const std::string& name, std::vector<std::uint64_t> dims, TT type, float scale) {
     if (name == options.skip) return;
     if (name == options.bad_shape) dims[0] += 32;
@@ -321,6 +329,49 @@ TEST_CASE("bad tokens, context overflow and bad tensors are reported with the nu
                       Catch::Contains("tensor blk.0.attn_k.weight has dims [96, 32], expected [64, 32]"));
   REQUIRE_THROWS_WITH(tiny_weights(WeightFormat::f32, misshaping("token_embd.weight")),
                       Catch::Contains("tensor token_embd.weight has dims [96, 96], expected [64, 96]"));
+}
+
+TEST_CASE("bad hyperparameters are rejected with the file and the key named, before any large allocation",
+          "[llama]") {
+  const auto with = [](std::vector<std::pair<std::string, std::uint64_t>> metadata) {
+    TinyOptions options;
+    options.metadata = std::move(metadata);
+    return tiny_weights(WeightFormat::f32, options);
+  };
+  REQUIRE_THROWS_WITH(with({{"llama.context_length", 0}}),
+                      Catch::StartsWith("tiny.gguf: ") && Catch::Contains("llama.context_length is 0"));
+  // A block count far beyond the file's tensors: bounded, then each layer only once its tensors are found.
+  REQUIRE_THROWS_WITH(with({{"llama.block_count", 4294967295ull}}),
+                      Catch::Contains("llama.block_count is 4294967295, at most 4096"));
+  REQUIRE_THROWS_WITH(with({{"llama.block_count", 4000}}),
+                      Catch::StartsWith("tiny.gguf: ") && Catch::Contains("missing tensor blk.2.attn_norm.weight"));
+  // Head counts whose products with the head width wrap around 2^64 to the tensors' real width.
+  REQUIRE_THROWS_WITH(with({{"llama.attention.head_count", (1ull << 63) + 1}, {"llama.attention.head_count_kv", (1ull << 63) + 1},
+                            {"llama.attention.key_length", 2}, {"llama.rope.dimension_count", 2}}),
+                      Catch::Contains("llama.attention.head_count is 9223372036854775809, at most 16777216"));
+  REQUIRE_THROWS_WITH(with({{"llama.attention.head_count", 1u << 20}, {"llama.attention.head_count_kv", 1u << 20},
+                            {"llama.attention.key_length", 1u << 20}, {"llama.rope.dimension_count", 2}}),
+                      Catch::Contains("head_count 1048576 x key_length 1048576"));
+  REQUIRE_THROWS_WITH(with({{"llama.attention.head_count_kv", 3}}),
+                      Catch::Contains("llama.attention.head_count 4 is not a multiple of llama.attention.head_count_kv 3"));
+  REQUIRE_THROWS_WITH(with({{"llama.attention.head_count", 5}}),
+                      Catch::Contains("llama.embedding_length 64 is not a multiple of llama.attention.head_count 5"));
+  // The model's vocabulary and the tokenizer's must agree (the tiny file has no tokenizer: checked below).
+  REQUIRE_THROWS_WITH(with({{"llama.vocab_size", 0}}), Catch::Contains("llama.vocab_size (or the token count) is 0"));
+}
+
+TEST_CASE("llama.vocab_size must match the tokenizer's token count", "[llama]") {
+  GgufWriter w;
+  w.add_string("general.architecture", "llama");
+  for (const char* key : {"llama.context_length", "llama.embedding_length", "llama.block_count", "llama.feed_forward_length",
+                          "llama.attention.head_count"})
+    w.add_uint32(key, 32);
+  w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.add_uint32("llama.vocab_size", 4);
+  w.add_array_strings("tokenizer.ggml.tokens", {"a", "b", "c", "d", "e", "f", "g", "h"});
+  const auto file = specdec::gguf::File::from_bytes(w.finish(), "vocab.gguf");
+  REQUIRE_THROWS_WITH(LlamaConfig::from_gguf(file),
+                      "vocab.gguf: llama.vocab_size is 4 but tokenizer.ggml.tokens has 8 tokens");
 }
 
 // ---------------------------------------------------------------------------------------------------------

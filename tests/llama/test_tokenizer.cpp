@@ -97,6 +97,7 @@ struct TinyGguf {
   std::string pre = "smollm";  // empty: no key
   std::vector<std::int32_t> types;
   std::optional<std::uint32_t> bos;
+  std::vector<std::string> merges = {"a b"};
 
   specdec::gguf::File build() const {
     specdec::testing::GgufWriter w;
@@ -105,7 +106,7 @@ struct TinyGguf {
     if (!pre.empty()) w.add_string("tokenizer.ggml.pre", pre);
     w.add_array_strings("tokenizer.ggml.tokens", {"a", "b", "ab"});
     if (!types.empty()) w.add_array_int32("tokenizer.ggml.token_type", types);
-    w.add_array_strings("tokenizer.ggml.merges", {"a b"});
+    w.add_array_strings("tokenizer.ggml.merges", merges);
     if (bos) w.add_uint32("tokenizer.ggml.bos_token_id", *bos);
     return specdec::gguf::File::from_bytes(w.finish(), "tiny.gguf");
   }
@@ -276,6 +277,18 @@ TEST_CASE("tokenizer errors name the bad value and what was expected", "[tokeniz
   v.merges = {"ab"};
   REQUIRE_THROWS_WITH(Tokenizer(v), Catch::Contains("merge 0 \"ab\""));
   REQUIRE_THROWS_WITH(Tokenizer(Tokenizer::Vocabulary{}), Catch::Contains("vocabulary is empty"));
+  // Merges over strings that are not tokens, and token types outside TokenType, are errors (a file whose tables
+  // disagree), not rules to skip.
+  v.tokens = {"a", "b", "ab"};
+  v.merges = {"a b", "a c"};
+  REQUIRE_THROWS_WITH(Tokenizer(v), Catch::Contains("merge 1 \"a c\"") && Catch::Contains("\"c\" is not a token"));
+  v.merges = {"b a"};
+  REQUIRE_THROWS_WITH(Tokenizer(v), Catch::Contains("merge 0 \"b a\"") && Catch::Contains("\"ba\" is not a token"));
+  v.merges = {"a b"};
+  v.types = {1, 1, 7};
+  REQUIRE_THROWS_WITH(Tokenizer(v), Catch::Contains("token_type of token 2 is 7, expected 0 to 6"));
+  v.types = {1, -1, 1};
+  REQUIRE_THROWS_WITH(Tokenizer(v), Catch::Contains("token_type of token 1 is -1"));
 
   CHECK(Tokenizer::from_gguf(TinyGguf{}.build()).encode("ab") == std::vector<Token>{2});
   CHECK(Tokenizer::from_gguf(TinyGguf{.pre = ""}.build()).encode("ab") == std::vector<Token>{2});
@@ -284,7 +297,11 @@ TEST_CASE("tokenizer errors name the bad value and what was expected", "[tokeniz
   REQUIRE_THROWS_WITH(Tokenizer::from_gguf(TinyGguf{.pre = "llama3"}.build()),
                       Catch::Contains("tokenizer.ggml.pre is \"llama3\""));
   REQUIRE_THROWS_WITH(Tokenizer::from_gguf(TinyGguf{.types = {1, 1}}.build()),
-                      Catch::Contains("2 token types") && Catch::Contains("(3)"));
+                      Catch::Contains("tiny.gguf: ") && Catch::Contains("2 token types") && Catch::Contains("(3)"));
+  REQUIRE_THROWS_WITH(Tokenizer::from_gguf(TinyGguf{.types = {1, 99, 1}}.build()),
+                      Catch::Contains("tiny.gguf: tokenizer.ggml.token_type of token 1 is 99"));
+  REQUIRE_THROWS_WITH(Tokenizer::from_gguf(TinyGguf{.merges = {"a b", "b b"}}.build()),
+                      Catch::Contains("tiny.gguf: ") && Catch::Contains("\"bb\" is not a token"));
   REQUIRE_THROWS_WITH(Tokenizer::from_gguf(TinyGguf{.bos = 7}.build()),
                       Catch::Contains("tokenizer.ggml.bos_token_id is 7") && Catch::Contains("size 3"));
 }

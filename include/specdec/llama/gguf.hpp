@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -578,6 +579,18 @@ inline void File::place_tensors(std::uint64_t info_end) {
     if (!end) fail(name_, ": tensor '", t.name, "' data (offset ", t.offset, ") ends past byte 2^64, file has ", size, " bytes");
     if (*end > size) fail(name_, ": tensor '", t.name, "' data ends at byte ", *end, ", file has ", size, " bytes");
     t.data = storage_->bytes().subspan(std::size_t(*start), std::size_t(*bytes));
+  }
+  // No two tensors share bytes (ggml lays them out one after another; overlapping data is a corrupt file).
+  std::vector<const TensorInfo*> by_offset;
+  by_offset.reserve(tensors_.size());
+  for (const auto& t : tensors_) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(), [](const TensorInfo* a, const TensorInfo* b) { return a->offset < b->offset; });
+  for (std::size_t i = 1; i < by_offset.size(); ++i) {
+    const TensorInfo& a = *by_offset[i - 1];
+    const TensorInfo& b = *by_offset[i];
+    if (b.offset < a.offset + a.data.size())
+      fail(name_, ": tensor '", b.name, "' data (offset ", b.offset, ") overlaps tensor '", a.name, "' (offset ",
+           a.offset, ", ", a.data.size(), " bytes)");
   }
 }
 

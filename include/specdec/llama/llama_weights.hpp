@@ -5,9 +5,11 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "specdec/error.hpp"
@@ -31,10 +33,11 @@ struct LlamaConfig {
   float rope_base = 10000.0f;
 
   /// Reads the llama.* keys; vocab from llama.vocab_size, else the tokenizer.ggml.tokens count, else the
-  /// token_embd.weight shape. Throws specdec::Error on another architecture, missing keys or bad values.
+  /// token_embd.weight shape. Throws specdec::Error, naming the file and the key, on another architecture,
+  /// missing keys or bad values, and when llama.vocab_size and the tokenizer's token count disagree.
   static LlamaConfig from_gguf(const gguf::File& file) {
     if (auto arch = file.find_string("general.architecture"); arch && *arch != "llama")
-      specdec::detail::fail("general.architecture is \"", *arch, "\", expected \"llama\"");
+      specdec::detail::fail(file.name(), ": general.architecture is \"", *arch, "\", expected \"llama\"");
     LlamaConfig c;
     c.embedding = file.get_uint("llama.embedding_length");
     c.layers = file.get_uint("llama.block_count");
@@ -42,36 +45,72 @@ struct LlamaConfig {
     c.kv_heads = file.find_uint("llama.attention.head_count_kv").value_or(c.heads);
     c.ffn = file.get_uint("llama.feed_forward_length");
     c.context_length = file.get_uint("llama.context_length");
-    c.head_dim = file.find_uint("llama.attention.key_length").value_or(c.heads ? c.embedding / c.heads : 0);
+    if (auto key_length = file.find_uint("llama.attention.key_length")) {
+      c.head_dim = *key_length;
+    } else if (c.heads) {
+      if (c.embedding % c.heads != 0)
+        specdec::detail::fail(file.name(), ": llama.embedding_length ", c.embedding,
+                              " is not a multiple of llama.attention.head_count ", c.heads,
+                              ", and no llama.attention.key_length gives the head width");
+      c.head_dim = c.embedding / c.heads;
+    }
     c.rope_dims = file.find_uint("llama.rope.dimension_count").value_or(c.head_dim);
     c.rms_eps = static_cast<float>(file.get_float("llama.attention.layer_norm_rms_epsilon"));
     c.rope_base = static_cast<float>(file.find_float("llama.rope.freq_base").value_or(10000.0));
+    const std::optional<std::size_t> tokens =
+        file.has("tokenizer.ggml.tokens") ? std::optional(file.array_size("tokenizer.ggml.tokens")) : std::nullopt;
     if (auto vocab = file.find_uint("llama.vocab_size")) {
       c.vocab = *vocab;
-    } else if (file.has("tokenizer.ggml.tokens")) {
-      c.vocab = file.array_size("tokenizer.ggml.tokens");
+      if (tokens && *tokens != c.vocab)
+        specdec::detail::fail(file.name(), ": llama.vocab_size is ", c.vocab, " but tokenizer.ggml.tokens has ",
+                              *tokens, " tokens");
+    } else if (tokens) {
+      c.vocab = *tokens;
     } else if (const auto* embd = file.find_tensor("token_embd.weight"); embd && embd->dims.size() == 2) {
       c.vocab = embd->dims[1];
     }
-    c.validate();
+    try {
+      c.validate();
+    } catch (const specdec::Error& e) {
+      specdec::detail::fail(file.name(), ": ", e.what());
+    }
     return c;
   }
 
-  /// Throws specdec::Error naming the first inconsistent hyperparameter.
+  /// Largest size accepted for any one hyperparameter, and for the widths made of two (heads·head_dim): far
+  /// above any llama model, and small enough that no size computed from them overflows.
+  static constexpr std::size_t max_size = std::size_t{1} << 24;
+  static constexpr std::size_t max_layers = 4096;
+  static constexpr std::size_t max_vocab = std::size_t{1} << 31;  // token ids are int32
+
+  /// Throws specdec::Error naming the first inconsistent hyperparameter (by its GGUF key).
   void validate() const {
-    if (!vocab || !embedding || !layers || !heads || !kv_heads || !head_dim || !ffn)
-      specdec::detail::fail("llama config needs nonzero sizes, got vocab ", vocab, ", embedding ", embedding,
-                            ", layers ", layers, ", heads ", heads, ", kv_heads ", kv_heads, ", head_dim ", head_dim,
-                            ", ffn ", ffn);
+    const std::pair<const char*, std::size_t> sizes[] = {
+        {"llama.vocab_size (or the token count)", vocab}, {"llama.embedding_length", embedding},
+        {"llama.block_count", layers}, {"llama.attention.head_count", heads},
+        {"llama.attention.head_count_kv", kv_heads}, {"llama.attention.key_length", head_dim},
+        {"llama.feed_forward_length", ffn}, {"llama.context_length", context_length}};
+    for (const auto& [key, value] : sizes)
+      if (value == 0) specdec::detail::fail("llama config: ", key, " is 0, expected at least 1");
+    if (vocab >= max_vocab) specdec::detail::fail("llama config: vocabulary of ", vocab, " tokens, at most ", max_vocab - 1, " supported");
+    if (layers > max_layers) specdec::detail::fail("llama config: llama.block_count is ", layers, ", at most ", max_layers, " supported");
+    for (const auto& [key, value] : {std::pair{"llama.embedding_length", embedding}, std::pair{"llama.feed_forward_length", ffn},
+                                     std::pair{"llama.attention.head_count", heads}, std::pair{"llama.attention.key_length", head_dim}})
+      if (value > max_size) specdec::detail::fail("llama config: ", key, " is ", value, ", at most ", max_size, " supported");
+    if (heads * head_dim > max_size)  // both <= 2^24: the product cannot overflow
+      specdec::detail::fail("llama config: head_count ", heads, " x key_length ", head_dim, " = ", heads * head_dim,
+                            ", at most ", max_size, " supported");
     if (heads % kv_heads != 0)
-      specdec::detail::fail("llama config: head count ", heads, " is not a multiple of kv head count ", kv_heads);
+      specdec::detail::fail("llama config: llama.attention.head_count ", heads,
+                            " is not a multiple of llama.attention.head_count_kv ", kv_heads);
     if (heads / kv_heads > 64)
       specdec::detail::fail("llama config: ", heads / kv_heads, " query heads per kv head, at most 64 supported");
     if (rope_dims % 2 != 0 || rope_dims > head_dim)
-      specdec::detail::fail("llama config: rope dimension count ", rope_dims, " must be even and at most head_dim ",
-                            head_dim);
+      specdec::detail::fail("llama config: llama.rope.dimension_count ", rope_dims,
+                            " must be even and at most the head width ", head_dim);
     if (!(rms_eps > 0.0f) || !(rope_base > 0.0f))
-      specdec::detail::fail("llama config: rms epsilon ", rms_eps, " and rope base ", rope_base, " must be positive");
+      specdec::detail::fail("llama config: llama.attention.layer_norm_rms_epsilon ", rms_eps,
+                            " and llama.rope.freq_base ", rope_base, " must be positive");
   }
 };
 
@@ -100,8 +139,12 @@ class LlamaWeights {
   /// Loads and repacks every tensor of a llama GGUF file.
   /// Throws specdec::Error on a missing tensor or a shape that does not match the config.
   static std::shared_ptr<const LlamaWeights> load(const gguf::File& file, WeightFormat format) {
-    return load(LlamaConfig::from_gguf(file), [&](std::string_view name) { return file.find_tensor(name); },
-                format);
+    const LlamaConfig config = LlamaConfig::from_gguf(file);
+    try {
+      return load(config, [&](std::string_view name) { return file.find_tensor(name); }, format);
+    } catch (const specdec::Error& e) {
+      specdec::detail::fail(file.name(), ": ", e.what());
+    }
   }
 
   /// Loads from any tensor source (a GGUF file, or tensors built in memory by a test).
@@ -110,10 +153,11 @@ class LlamaWeights {
     config.validate();
     auto w = std::shared_ptr<LlamaWeights>(new LlamaWeights(config, format));
     const std::size_t e = config.embedding, qw = config.heads * config.head_dim, kw = config.kv_heads * config.head_dim;
-    w->layers_.resize(config.layers);
+    // Grown layer by layer, as tensors are found: a block count far beyond the file's tensors fails at the
+    // first missing one, not in a huge allocation first.
     for (std::size_t l = 0; l < config.layers; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
-      LayerWeights& L = w->layers_[l];
+      LayerWeights& L = w->layers_.emplace_back();
       L.attn_norm = vector(require(lookup, p + "attn_norm.weight", {e}));
       L.q = matrix(require(lookup, p + "attn_q.weight", {e, qw}), format);
       L.k = matrix(require(lookup, p + "attn_k.weight", {e, kw}), format);
@@ -161,6 +205,7 @@ class LlamaWeights {
                                          const std::vector<std::uint64_t>& dims) {
     const gguf::TensorInfo* t = lookup(name);
     if (!t) specdec::detail::fail("missing tensor ", name, ", expected dims ", dims_text(dims));
+    // (The dims of config-derived shapes fit: validate() bounds every size.)
     if (t->dims != dims)
       specdec::detail::fail("tensor ", name, " has dims ", dims_text(t->dims), ", expected ", dims_text(dims));
     return *t;

@@ -50,15 +50,22 @@ class Tokenizer {
   };
 
   /// Builds a tokenizer from raw tables.
-  /// requires: tokens non-empty; types empty or one per token; every merge has a space after its first
-  ///   character; bos and eos are -1 or valid ids. Merges whose parts or result are not tokens are ignored.
+  /// requires: tokens non-empty, fewer than 2^31; types empty or one per token, each 0 (undefined) or a
+  ///   TokenType; every merge has a space after its first character, and its two parts and their
+  ///   concatenation are tokens; bos and eos are -1 or valid ids. Throws specdec::Error otherwise.
   /// Duplicate token strings: the last one wins when text is looked up (as in llama.cpp).
   explicit Tokenizer(Vocabulary vocabulary)
       : tokens_(std::move(vocabulary.tokens)), types_(std::move(vocabulary.types)),
         bos_(vocabulary.bos), eos_(vocabulary.eos) {
-    if (tokens_.empty()) specdec::detail::fail("tokenizer vocabulary is empty");
+    if (tokens_.empty()) specdec::detail::fail("tokenizer vocabulary is empty (tokenizer.ggml.tokens)");
+    if (tokens_.size() >= (std::size_t{1} << 31))
+      specdec::detail::fail("tokenizer has ", tokens_.size(), " tokens, at most 2^31 - 1 supported (int32 ids)");
     if (!types_.empty() && types_.size() != tokens_.size())
-      specdec::detail::fail("tokenizer has ", types_.size(), " token types, expected one per token (", tokens_.size(), ")");
+      specdec::detail::fail("tokenizer has ", types_.size(), " token types (tokenizer.ggml.token_type), expected one per token (",
+                            tokens_.size(), ")");
+    for (std::size_t i = 0; i < types_.size(); ++i)
+      if (types_[i] < 0 || types_[i] > static_cast<std::int32_t>(TokenType::byte))
+        specdec::detail::fail("tokenizer.ggml.token_type of token ", i, " is ", types_[i], ", expected 0 to 6");
     if (types_.empty()) types_.assign(tokens_.size(), static_cast<std::int32_t>(TokenType::normal));
     check_special_id("bos", bos_);
     check_special_id("eos", eos_);
@@ -87,7 +94,13 @@ class Tokenizer {
     v.tokens = file.get_string_array("tokenizer.ggml.tokens");
     if (file.has("tokenizer.ggml.token_type")) {
       const auto types = file.get_int_array("tokenizer.ggml.token_type");
-      v.types.assign(types.begin(), types.end());
+      v.types.reserve(types.size());
+      for (std::size_t i = 0; i < types.size(); ++i) {
+        if (types[i] < 0 || types[i] > static_cast<std::int64_t>(TokenType::byte))
+          specdec::detail::fail(file.name(), ": tokenizer.ggml.token_type of token ", i, " is ", types[i],
+                                ", expected 0 to 6");
+        v.types.push_back(static_cast<std::int32_t>(types[i]));
+      }
     }
     v.merges = file.get_string_array("tokenizer.ggml.merges");
     const auto special_id = [&](std::string_view key) -> Token {
@@ -99,7 +112,11 @@ class Tokenizer {
     };
     v.bos = special_id("tokenizer.ggml.bos_token_id");
     v.eos = special_id("tokenizer.ggml.eos_token_id");
-    return Tokenizer(std::move(v));
+    try {
+      return Tokenizer(std::move(v));
+    } catch (const specdec::Error& e) {
+      specdec::detail::fail(file.name(), ": ", e.what());
+    }
   }
 
   /// Number of tokens in the vocabulary.
@@ -240,18 +257,24 @@ class Tokenizer {
   /// Fills merges_: (left id, right id) -> (rank, merged id). Each rule is split at the first space after
   /// its first character (llama.cpp's find(' ', 1)), so a left part may itself be a space-like character.
   void index_merges(const std::vector<std::string>& merges) {
+    if (merges.size() >= (std::size_t{1} << 31))
+      specdec::detail::fail("tokenizer has ", merges.size(), " merges, at most 2^31 - 1 supported (int32 ranks)");
     merges_.reserve(merges.size());
     std::string joined;
     for (std::size_t rank = 0; rank < merges.size(); ++rank) {
       const std::string_view rule = merges[rank];
       const std::size_t space = rule.find(' ', 1);
       if (rule.empty() || space == std::string_view::npos)
-        specdec::detail::fail("tokenizer merge ", rank, " \"", rule, "\" has no space separating its two parts");
+        specdec::detail::fail("tokenizer merge ", rank, " \"", rule, "\" (tokenizer.ggml.merges) has no space separating its two parts");
       const std::string_view left = rule.substr(0, space);
       const std::string_view right = rule.substr(space + 1);
       joined.assign(left).append(right);
       const auto l = find(left), r = find(right), m = find(joined);
-      if (l && r && m) merges_.insert(*l, *r, {static_cast<std::int32_t>(rank), *m});
+      // A rule over strings that are not tokens could never apply; in a file, it means the tables disagree.
+      if (!l || !r || !m)
+        specdec::detail::fail("tokenizer merge ", rank, " \"", rule, "\" (tokenizer.ggml.merges): \"",
+                              !l ? left : !r ? right : std::string_view(joined), "\" is not a token");
+      merges_.insert(*l, *r, {static_cast<std::int32_t>(rank), *m});
     }
   }
 
