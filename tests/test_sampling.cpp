@@ -329,6 +329,85 @@ TEST_CASE("the same seed gives the same sampled tokens; another seed other token
   CHECK(a.tokens != c.tokens);
 }
 
+namespace {
+
+/// A model whose row depends on the last token only: table[last token] are its logits.
+struct TableModel {
+  std::vector<std::vector<float>> table;  // [token][vocab]
+  std::vector<Token> context;
+  Logits logits;
+  std::size_t vocab_size() const { return table.size(); }
+  std::size_t context_size() const { return context.size(); }
+  void truncate(std::size_t n) { context.resize(std::min(n, context.size())); }
+  const Logits& forward(std::span<const Token> tokens) {
+    logits.resize(static_cast<Eigen::Index>(tokens.size()), static_cast<Eigen::Index>(table.size()));
+    for (std::size_t j = 0; j < tokens.size(); ++j) {
+      context.push_back(tokens[j]);
+      for (std::size_t i = 0; i < table.size(); ++i)
+        logits(static_cast<Eigen::Index>(j), static_cast<Eigen::Index>(i)) = table[static_cast<std::size_t>(tokens[j])][i];
+    }
+    return logits;
+  }
+};
+
+std::vector<float> log_probabilities(std::vector<double> p) {
+  std::vector<float> out;
+  for (double x : p) out.push_back(x > 0 ? static_cast<float>(std::log(x)) : -1e30f);
+  return out;
+}
+
+/// A legal draft-length policy that reacts to the last round: k = 3 while the draft went the whole way, else 0.
+struct FollowsTheDraft {
+  bool first = true;
+  std::size_t last = 0;
+  void begin_generation() { first = true; }
+  std::size_t next(const GenerateOptions&) {
+    if (first) return first = false, 3;
+    return last == 3 ? 3 : 0;
+  }
+  void observe(const RoundReport& r) { last = r.drafted; }
+};
+
+}  // namespace
+
+TEST_CASE("rejection sampling stays exact when the draft length follows the last round", "[sampling]") {
+  // After a rejection, the positions just discarded are proposed again. With the draft's draw keyed on the
+  // position alone, the new proposal repeated the discarded one's draw, whose outcome (the draft stopping at
+  // draft_p_min after it) had set this round's k: P(t2 | t1 = 2) came out 0.37 / 0.13 / 0.25 / 0.25.
+  TableModel draft{{log_probabilities({0.02, 0.94, 0.02, 0.02}), log_probabilities({0.5, 0, 0, 0.5}),
+                    log_probabilities({0.5, 0.5, 0, 0}), log_probabilities({0.25, 0.25, 0.25, 0.25})}};
+  TableModel target{{log_probabilities({0.02, 0.3, 0.66, 0.02}), log_probabilities({0.25, 0.25, 0.25, 0.25}),
+                     log_probabilities({0.25, 0.25, 0.25, 0.25}), log_probabilities({0.25, 0.25, 0.25, 0.25})}};
+  SpeculativeDecoder decoder(draft, target, RejectionSampling{}, FollowsTheDraft{});
+  std::map<Token, double> after_two;
+  double n = 0;
+  for (std::uint64_t seed = 0; seed < 20000; ++seed) {
+    const auto g = decoder.generate(Sequence{0}, {.max_new_tokens = 5, .draft_length = 3, .seed = seed, .draft_p_min = 0.45f});
+    if (g.tokens[0] == 2) after_two[g.tokens[1]] += 1, n += 1;
+  }
+  REQUIRE(n > 12000);  // P(t1 = 2) = 0.66
+  for (Token t = 0; t < 4; ++t) {
+    CAPTURE(t, after_two[t] / n);
+    CHECK(std::abs(after_two[t] / n - 0.25) < 0.02);  // 5 standard deviations
+  }
+}
+
+TEST_CASE("coupled sampling's noise never lets a token win against its probability", "[sampling][coupled]") {
+  // One token holds all but 1e-10 of the mass. Its noise used to be 24 bits in float, and once in 2^24 draws
+  // a token's u rounded to 1, its Exp(1) deviate to 0, and it won whatever its probability: at 1024 tokens
+  // about 6 of 100k positions.
+  CHECK(CounterRng::unit_from_bits(~std::uint64_t{0}) < 1.0);
+  CHECK(CounterRng::unit_from_bits(0) > 0.0);
+  CHECK(CounterRng::to_unit(~0u, ~0u) < 1.0);
+  constexpr std::size_t vocab = 1024;
+  std::vector<float> row(vocab, -32.0f);
+  row[700] = 0.0f;
+  CoupledSampling::Session coupled(CoupledSampling{}, vocab, 7);
+  std::size_t others = 0;
+  for (std::uint64_t position = 0; position < 100000; ++position) others += coupled.sample(row, position) != 700;
+  CHECK(others == 0);  // expected 1e-5
+}
+
 TEST_CASE("temperature 0 sampling policies are greedy", "[sampling]") {
   ToyModel target(target_config()), draft(draft_config());
   const Sequence prompt{3, 3, 1};

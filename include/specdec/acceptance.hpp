@@ -78,7 +78,12 @@ struct RejectionSampling {
       }
       one_hot_[slot] = dense;
       detail::transform_dense(row, params_, q_[slot]);
-      return sample_index(q_[slot], rng_.uniform(position, RandomStream::draft));
+      // A fresh draw per proposal, not per position: after a rejection the next round proposes at the positions
+      // just discarded again, and a draw keyed on the position alone would repeat the discarded proposal's. Its
+      // outcome (how far the draft went before stopping itself) reaches a draft-length policy through the round
+      // report, so the policy's next k would depend on the very draw the new proposal uses, and the output would
+      // no longer follow p.
+      return sample_index(q_[slot], rng_.uniform(position, RandomStream::draft, proposals_++));
     }
 
     Verdict verify(std::span<const float> row, std::size_t slot, Token drafted, std::uint64_t position) {
@@ -115,6 +120,7 @@ struct RejectionSampling {
    private:
     SamplingParams params_;
     CounterRng rng_;
+    std::uint32_t proposals_ = 0;  // dense proposals drawn in this session: the draft draw's index
     static constexpr std::size_t dense = std::numeric_limits<std::size_t>::max();
     std::vector<std::vector<double>> q_;  // per draft slot: [vocab] (unused while the slot's q is one-hot)
     std::vector<std::size_t> one_hot_;    // per draft slot: the index of a one-hot q, or `dense`
@@ -164,14 +170,16 @@ struct CoupledSampling {
       return best;
     }
 
-    /// The Exp(1) deviate of token i at the position whose key gave `start`: SplitMix64 of (start, i), 24 bits
-    /// to a uniform in (0, 1), then −log. A pure function of (seed, position, token), whoever asks.
-    static float exponential_noise(std::uint64_t start, std::size_t i) {
+    /// The Exp(1) deviate of token i at the position whose key gave `start`: SplitMix64 of (start, i), 52 bits
+    /// to a uniform strictly inside (0, 1), then −log. A pure function of (seed, position, token), whoever asks.
+    /// (It was 24 bits in float: m + 0.5 for m = 2^24 − 1 rounds to 2^24, so once in 2^24 draws u was 1 and
+    /// E was 0, and that token won whatever its probability: 0.3% of positions at a 49k vocabulary.)
+    static double exponential_noise(std::uint64_t start, std::size_t i) {
       std::uint64_t z = start + (i + 1) * 0x9E3779B97F4A7C15ull;
       z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
       z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
       z ^= z >> 31;
-      return -std::log((static_cast<float>(z >> 40) + 0.5f) * 0x1.0p-24f);
+      return -std::log(CounterRng::unit_from_bits(z));
     }
 
     SamplingParams params_;

@@ -47,7 +47,12 @@ class CounterRng {
   /// Maps two 32-bit words to a double in (0, 1): never 0, never 1, so log() of it is always finite.
   static double to_unit(std::uint32_t hi, std::uint32_t lo) {
     const std::uint64_t bits = (std::uint64_t{hi} << 21) ^ (std::uint64_t{lo} >> 11);  // 53 bits
-    return (static_cast<double>(bits & ((std::uint64_t{1} << 53) - 1)) + 0.5) * 0x1.0p-53;
+    return unit_from_bits(bits << 11);
+  }
+  /// The top 52 bits of `bits` as (m + 0.5)·2^-52, strictly inside (0, 1). 52, not 53: m + 0.5 is exact in a
+  /// double only below 2^52 (from 2^52 on the spacing is 1, and 2^53 − 0.5 would round up to u = 1).
+  static double unit_from_bits(std::uint64_t bits) {
+    return (static_cast<double>(bits >> 12) + 0.5) * 0x1.0p-52;
   }
 
  private:

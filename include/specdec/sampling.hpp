@@ -31,6 +31,11 @@ struct SamplingParams {
 inline void validate(const SamplingParams& params) {
   if (!(params.temperature >= 0.0f) || !std::isfinite(params.temperature))
     detail::fail("temperature must be a finite number >= 0, got ", params.temperature);
+  // Logits are scaled by 1/temperature, which overflows to infinity below the smallest normal float (and
+  // (max − max)·inf is NaN): such a temperature is rejected rather than turned into NaN probabilities.
+  if (params.temperature > 0.0f && params.temperature < std::numeric_limits<float>::min())
+    detail::fail("temperature must be 0 (greedy) or at least ", std::numeric_limits<float>::min(), ", got ",
+                 params.temperature);
   if (!(params.top_p > 0.0f && params.top_p <= 1.0f))
     detail::fail("top_p must be in (0, 1], got ", params.top_p);
 }
