@@ -167,6 +167,16 @@ TEST_CASE("a reused decoder gives what fresh models give and reuses the shared p
   const auto after_external_change = decoder.generate(a, options);
   ToyModel fresh_target(target_config());
   CHECK(after_external_change.tokens == generate_autoregressive(fresh_target, Greedy{}, a, options).tokens);
+  // So is another user that leaves the model holding as many tokens as the decoder left in it: plain decoding
+  // on the same target, whose context then has a's length but none of a's tokens (a model with revision()).
+  const auto first = decoder.generate(a, options);
+  REQUIRE(target.context_size() == a.size() + options.max_new_tokens - 1);
+  const std::vector<Token> other{9, 9, 9, 9, 9};
+  generate_autoregressive(target, Greedy{}, other, {.max_new_tokens = a.size() + options.max_new_tokens - 1 - other.size() + 1});
+  REQUIRE(target.context_size() == a.size() + options.max_new_tokens - 1);
+  const auto second = decoder.generate(a, options);
+  CHECK(second.tokens == first.tokens);
+  CHECK(second.stats.reused_prompt_tokens == 0);
 }
 
 TEST_CASE("draft_p_min ends drafting when the draft is unsure", "[decoder]") {

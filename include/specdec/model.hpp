@@ -4,6 +4,7 @@
 
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 
 #include "specdec/tensor.hpp"
@@ -31,6 +32,15 @@ concept Model = requires(M& m, const M& cm, std::span<const Token> t, std::size_
 template <class M>
 concept HasDraftBudget = requires(const M& cm) {
   { cm.draft_budget() } -> std::convertible_to<std::size_t>;
+};
+
+/// Optional for any model: a number that changes whenever the context does (every forward, append and
+/// truncate). A decoder reuses what a model already holds between generate() calls; with revision() it notices
+/// when something else used the model meanwhile, even if that left it holding as many tokens as before. A model
+/// without it is checked by context_size() alone: truncate(0) it after using it elsewhere.
+template <class M>
+concept HasRevision = requires(const M& cm) {
+  { cm.revision() } -> std::convertible_to<std::uint64_t>;
 };
 
 }  // namespace specdec

@@ -40,8 +40,12 @@ class ToyModel {
   const ToyModelConfig& config() const { return config_; }
   std::size_t forward_calls() const { return forward_calls_; }
 
+  /// Changes with every forward and truncate (see specdec::HasRevision).
+  std::uint64_t revision() const { return revision_; }
+
   const Logits& forward(std::span<const Token> tokens) {
     ++forward_calls_;
+    ++revision_;
     logits_.resize(static_cast<Eigen::Index>(tokens.size()), static_cast<Eigen::Index>(config_.vocab));
     for (std::size_t j = 0; j < tokens.size(); ++j) {
       push(tokens[j]);
@@ -56,7 +60,10 @@ class ToyModel {
     return logits_;
   }
 
-  void truncate(std::size_t n) { context_.resize(std::min(n, context_.size())); }
+  void truncate(std::size_t n) {
+    ++revision_;
+    context_.resize(std::min(n, context_.size()));
+  }
 
  private:
   void push(Token t) {
@@ -83,8 +90,10 @@ class ToyModel {
   std::vector<Token> context_;  // [tokens held]
   Logits logits_;               // [positions of the last call, vocab]
   std::size_t forward_calls_ = 0;
+  std::uint64_t revision_ = 0;  // see revision()
 };
 
 static_assert(Model<ToyModel>);
+static_assert(HasRevision<ToyModel>);
 
 }  // namespace specdec

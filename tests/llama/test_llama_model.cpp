@@ -331,6 +331,23 @@ TEST_CASE("bad tokens, context overflow and bad tensors are reported with the nu
                       Catch::Contains("tensor token_embd.weight has dims [96, 96], expected [64, 96]"));
 }
 
+TEST_CASE("revision() changes with every forward, append and truncate", "[llama]") {
+  LlamaModel model(tiny_weights(WeightFormat::quantized_dot), 16, nullptr);
+  EarlyExitDraft draft(model, 1);
+  static_assert(specdec::HasRevision<LlamaModel> && specdec::HasRevision<EarlyExitDraft>);
+  const auto r0 = model.revision();
+  model.forward(random_tokens(3, 96, 1));
+  const auto r1 = model.revision();
+  model.append(random_tokens(2, 96, 2));
+  const auto r2 = model.revision();
+  model.truncate(5);  // even a truncate that keeps everything: the decoder only compares
+  const auto r3 = model.revision();
+  CHECK((r0 != r1 && r1 != r2 && r2 != r3));
+  const auto d0 = draft.revision();
+  draft.forward(random_tokens(1, 96, 3));
+  CHECK(draft.revision() != d0);
+}
+
 TEST_CASE("bad hyperparameters are rejected with the file and the key named, before any large allocation",
           "[llama]") {
   const auto with = [](std::vector<std::pair<std::string, std::uint64_t>> metadata) {

@@ -46,13 +46,15 @@ class TrackedModel {
   std::size_t vocab_size() const { return static_cast<std::size_t>(model_.vocab_size()); }
 
   /// Rolls the model back to the longest prefix of `sequence` it holds, keeping at most `limit` tokens.
-  /// Returns how many tokens it kept. If someone else changed the model's context, it starts over.
+  /// Returns how many tokens it kept. If someone else changed the model's context (its size differs from what
+  /// was fed, or its revision() from the one after the last call made here), it starts over.
   std::size_t sync(std::span<const Token> sequence, std::size_t limit) {
-    if (static_cast<std::size_t>(model_.context_size()) != fed_.size()) fed_.clear();
+    if (static_cast<std::size_t>(model_.context_size()) != fed_.size() || !unchanged()) fed_.clear();
     const auto mismatch = std::mismatch(fed_.begin(), fed_.end(), sequence.begin(), sequence.end());
     const auto common = std::min<std::size_t>(static_cast<std::size_t>(mismatch.first - fed_.begin()), limit);
     fed_.resize(common);
     model_.truncate(common);
+    note_revision();
     return common;
   }
 
@@ -65,6 +67,7 @@ class TrackedModel {
       seconds += seconds_since(start);
       ++calls;
       fed_.insert(fed_.end(), tokens.begin(), tokens.end());
+      note_revision();
     } else {
       forward(tokens, seconds, calls);
     }
@@ -77,6 +80,7 @@ class TrackedModel {
     seconds += seconds_since(start);
     ++calls;
     fed_.insert(fed_.end(), tokens.begin(), tokens.end());
+    note_revision();
     const auto rows = static_cast<std::size_t>(logits.rows()), cols = static_cast<std::size_t>(logits.cols());
     if (rows != tokens.size() || cols != vocab_size())
       fail(role_, " returned logits of shape [", rows, ", ", cols, "], expected [", tokens.size(), ", ", vocab_size(), "]");
@@ -90,6 +94,14 @@ class TrackedModel {
   }
 
  private:
+  void note_revision() {
+    if constexpr (HasRevision<M>) revision_ = static_cast<std::uint64_t>(model_.revision());
+  }
+  bool unchanged() const {
+    if constexpr (HasRevision<M>) return static_cast<std::uint64_t>(model_.revision()) == revision_;
+    return true;
+  }
+
   /// One vectorised pass over the bits: a float is NaN or infinite exactly when its exponent bits are all set.
   /// (Eigen's abs().maxCoeff() plus isNaN().any() took 28 us per 49k-logit row, 3% of a five-position round.)
   static bool all_finite(const Logits& logits) {
@@ -106,6 +118,7 @@ class TrackedModel {
   M& model_;
   const char* role_;
   std::vector<Token> fed_;  // the tokens the model holds, as far as the decoder knows
+  std::uint64_t revision_ = 0;  // the model's revision() after the last call made here (HasRevision models)
 };
 
 /// Appends final tokens to the output, fires on_token and applies the stop rules.

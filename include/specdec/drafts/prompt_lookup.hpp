@@ -59,6 +59,7 @@ class PromptLookupDraft {
 
   /// Appends tokens; row j of the result is the proposal after the context up to and including tokens[j].
   const Logits& forward(std::span<const Token> tokens) {
+    ++revision_;
     logits_.resize(static_cast<Eigen::Index>(tokens.size()), static_cast<Eigen::Index>(vocab_));
     for (std::size_t j = 0; j < tokens.size(); ++j) {
       append_checked(tokens[j]);
@@ -77,14 +78,19 @@ class PromptLookupDraft {
 
   /// Appends tokens without computing logits (prompt processing).
   void append(std::span<const Token> tokens) {
+    ++revision_;
     for (Token t : tokens) append_checked(t);
     match_length_ = 0;
   }
 
   void truncate(std::size_t n) {
+    ++revision_;
     if (n < context_.size()) match_length_ = 0;
     context_.resize(std::min(n, context_.size()));
   }
+
+  /// Changes with every forward, append and truncate (see specdec::HasRevision).
+  std::uint64_t revision() const { return revision_; }
 
   /// The proposal after the current context, if any n-gram matches.
   std::optional<Token> lookup() const { return lookup_match().first; }
@@ -115,10 +121,12 @@ class PromptLookupDraft {
   std::size_t min_ngram_;
   std::vector<std::size_t> budget_;  // [match length - 1]: round budget
   std::size_t match_length_ = 0;
+  std::uint64_t revision_ = 0;  // see revision()
   std::vector<Token> context_;  // [tokens held]
   Logits logits_;               // [positions of the last call, vocab]
 };
 
 static_assert(Model<PromptLookupDraft>);
+static_assert(HasRevision<PromptLookupDraft>);
 
 }  // namespace specdec

@@ -104,7 +104,10 @@ class Transformer {
   KvFormat kv_format() const { return kv_format_; }
   void truncate(std::size_t n) {
     with_kv([n](auto& kv, auto&) { kv.truncate(n); });
+    ++revision_;
   }
+  /// Changes with every forward and truncate (see specdec::HasRevision).
+  std::uint64_t revision() const { return revision_; }
   const std::shared_ptr<const LlamaWeights>& weights() const { return weights_; }
   const std::shared_ptr<ThreadPool>& pool() const { return pool_; }
 
@@ -120,6 +123,7 @@ class Transformer {
         specdec::detail::fail("token id ", tokens[i], " at index ", i, " is outside the vocabulary of ", c.vocab,
                               " tokens");
     logits_.resize(static_cast<Eigen::Index>(with_logits ? n : 0), static_cast<Eigen::Index>(c.vocab));
+    ++revision_;
     if (n == 0) return logits_;
     reserve(n);
     const std::size_t e = c.embedding, qw = c.heads * c.head_dim, kw = c.kv_heads * c.head_dim;
@@ -318,6 +322,7 @@ class Transformer {
   std::vector<float> rope_;    // [max_context, rope_dims / 2, (cos, sin)]
   std::size_t score_stride_ = 0;  // blocks_·key_block
   std::vector<float> scores_;  // [threads, group, score_stride]: attention scratch per thread
+  std::uint64_t revision_ = 0;  // see revision()
   std::size_t capacity_ = 0;   // positions the buffers below hold
   std::vector<float> x_;       // [capacity, embedding]: the residual stream
   std::vector<float> h_;       // [capacity, embedding]: normed input of a block
@@ -363,6 +368,8 @@ class LlamaModel {
   void append(std::span<const Token> tokens) { state_.forward(tokens, false); }
   /// Keeps the first n tokens of the context, in O(layers).
   void truncate(std::size_t n) { state_.truncate(n); }
+  /// Changes with every forward, append and truncate: lets a decoder notice other users (specdec::HasRevision).
+  std::uint64_t revision() const { return state_.revision(); }
 
   const LlamaConfig& config() const { return state_.config(); }
   std::size_t max_context() const { return state_.max_context(); }
@@ -391,6 +398,7 @@ class EarlyExitDraft {
   const Logits& forward(std::span<const Token> tokens) { return state_.forward(tokens); }
   void append(std::span<const Token> tokens) { state_.forward(tokens, false); }
   void truncate(std::size_t n) { state_.truncate(n); }
+  std::uint64_t revision() const { return state_.revision(); }
 
   std::size_t layers() const { return state_.layers(); }
   std::size_t max_context() const { return state_.max_context(); }
