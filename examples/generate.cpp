@@ -17,9 +17,12 @@
 #include <specdec/llama/llama.hpp>
 #include <specdec/specdec.hpp>
 
+#include "json_text.hpp"
+
 namespace {
 
 using namespace specdec;
+using examples::json_string;
 using llama::LlamaModel;
 using llama::Tokenizer;
 
@@ -42,7 +45,7 @@ constexpr const char* kUsage = R"(usage: specdec-generate [options]
                             quantized_dot: integer dot products with inputs rounded to int8 per 32
                             columns; quantized: the same products with 24-bit inputs, about as
                             precise as float math, slower on verify passes)
-  --max-context N           KV cache positions (default 4096)
+  --max-context N           KV cache positions, 1..131072 (default 4096)
   --kv-format F             KV cache element: f16 (half precision, as llama.cpp's default; half the bytes
                             attention reads) | f32 (keys and values exactly as computed) (default f16)
   --compare                 also run plain decoding with the same settings
@@ -53,6 +56,8 @@ constexpr const char* kUsage = R"(usage: specdec-generate [options]
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+constexpr std::size_t kMaxContext = std::size_t{1} << 17;  // 131072 positions: 4.5 GB of f16 cache for SmolLM2
 
 struct Args {
   std::string model = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -131,7 +136,8 @@ Args parse_args(int argc, char** argv) {
   }
   if (a.threads == 0 || a.threads > 256) throw UsageError("--threads must be in 1..256, got " + std::to_string(a.threads));
   if (a.k && *a.k > 64) throw UsageError("--k must be at most 64, got " + std::to_string(*a.k));
-  if (a.max_context == 0) throw UsageError("--max-context must be at least 1");
+  if (a.max_context == 0 || a.max_context > kMaxContext)
+    throw UsageError("--max-context must be in 1.." + std::to_string(kMaxContext) + ", got " + std::to_string(a.max_context));
   validate(a.sampling);  // temperature and top_p ranges, as specdec::Error
   return a;
 }
@@ -228,34 +234,6 @@ Run run_plain(LlamaModel& target, const Args& args, const std::vector<Token>& pr
   return with(RejectionSampling{args.sampling});
 }
 
-/// JSON string literal of UTF-8 text; invalid UTF-8 bytes become U+FFFD.
-std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  for (std::size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    std::size_t length = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    bool valid = length > 0 && i + length <= s.size();
-    for (std::size_t j = 1; valid && j < length; ++j) valid = (static_cast<unsigned char>(s[i + j]) >> 6) == 0x2;
-    if (!valid) {
-      out += "\\ufffd";
-      ++i;
-      continue;
-    }
-    if (c == '"') out += "\\\"";
-    else if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (c == '\r') out += "\\r";
-    else if (c < 0x20) {
-      char buffer[8];
-      std::snprintf(buffer, sizeof buffer, "\\u%04x", c);
-      out += buffer;
-    } else out.append(s.substr(i, length));
-    i += length;
-  }
-  return out + "\"";
-}
-
 template <class T>
 std::string json_array(const std::vector<T>& values) {
   std::ostringstream out;
@@ -299,7 +277,7 @@ int run_main(int argc, char** argv) {
   const std::string prompt_text = args.chat ? Tokenizer::chat_prompt(args.prompt) : args.prompt;
   const std::vector<Token> prompt = tokenizer.encode(prompt_text);
   if (prompt.empty()) throw UsageError("--prompt is empty");
-  if (prompt.size() + args.max_tokens > args.max_context)
+  if (prompt.size() > args.max_context || args.max_tokens > args.max_context - prompt.size())  // no wrap-around
     throw UsageError("prompt (" + std::to_string(prompt.size()) + " tokens) + --max-tokens (" +
                      std::to_string(args.max_tokens) + ") exceeds --max-context " + std::to_string(args.max_context));
 

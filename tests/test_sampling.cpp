@@ -408,6 +408,26 @@ TEST_CASE("coupled sampling's noise never lets a token win against its probabili
   CHECK(others == 0);  // expected 1e-5
 }
 
+TEST_CASE("masked tokens get exactly zero probability, and a tiny top_p keeps the top token", "[sampling]") {
+  // Eigen's vectorised exp clamps at about -88.7: masked tokens in whole vector packets used to get 3e-39.
+  for (const std::size_t n : {16u, 67u}) {
+    std::vector<float> row(n, -200.0f);  // e^-200: 0 in float, not 4e-39
+    row[5] = 0.0f;
+    row[n - 1] = -1e30f;
+    row[n - 2] = -INFINITY;
+    std::vector<double> p;
+    transform_logits(row, {.temperature = 1.0f}, p);
+    CAPTURE(n);
+    CHECK(std::count_if(p.begin(), p.end(), [](double x) { return x != 0.0; }) == 1);
+    CHECK(p[5] == 1.0);
+  }
+  // With 1 - top_p rounding to 1, no probability of a flat row exceeded the floor (1 - top_p)/n: all zeros.
+  std::vector<double> p;
+  transform_logits(std::vector<float>(1000, 0.5f), {.temperature = 1.0f, .top_p = 1e-20f}, p);
+  CHECK(std::accumulate(p.begin(), p.end(), 0.0) == 1.0);
+  CHECK(p[0] == 1.0);
+}
+
 TEST_CASE("temperature 0 sampling policies are greedy", "[sampling]") {
   ToyModel target(target_config()), draft(draft_config());
   const Sequence prompt{3, 3, 1};

@@ -6,6 +6,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstddef>
+#include <limits>
 #include <vector>
 
 #include "specdec/error.hpp"
@@ -30,6 +31,11 @@ class BasicKvCache {
       : capacity_(capacity), width_(width), lengths_(layers, 0) {
     if (layers == 0 || capacity == 0 || width == 0)
       detail::fail("kv cache needs layers, capacity and width > 0, got ", layers, ", ", capacity, ", ", width);
+    // Each layer's rows are one Eigen matrix, indexed by a signed Eigen::Index: a capacity past what its bytes
+    // can count would turn negative there.
+    constexpr auto max_bytes = static_cast<std::size_t>(std::numeric_limits<Eigen::Index>::max());
+    if (capacity > max_bytes / width / sizeof(Scalar))
+      detail::fail("kv cache of ", capacity, " positions x ", width, " values per layer is too large to address");
     keys_.assign(layers, Rows::Zero(static_cast<Eigen::Index>(capacity), static_cast<Eigen::Index>(width)));
     values_ = keys_;
   }

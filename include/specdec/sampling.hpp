@@ -172,7 +172,10 @@ inline void transform_dense(std::span<const float> row, const SamplingParams& pa
   const Eigen::Map<const Eigen::ArrayXf> logits(row.data(), static_cast<Eigen::Index>(n));
   const float max = logits.maxCoeff();
   thread_local Eigen::ArrayXf weights;  // [vocab], reused: no allocation per row
-  weights = ((logits - max) * (1.0f / params.temperature)).exp();
+  // Below e^-87 a weight is 0: Eigen's vectorised exp clamps its argument at about -88.7, which left masked
+  // tokens (-inf, -1e30) a weight of 3e-39 instead of 0 in whole vector packets (and exactly 0 in the tail).
+  const float inverse = 1.0f / params.temperature;
+  weights = ((logits - max) * inverse < -87.0f).select(0.0f, ((logits - max) * inverse).exp());
   if (params.top_k > 0 && params.top_k < n) {
     std::vector<float> sorted(row.begin(), row.end());
     std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(params.top_k - 1), sorted.end(),
@@ -201,6 +204,11 @@ inline void transform_dense(std::span<const float> row, const SamplingParams& pa
         }
         return false;
       });
+  if (order.empty()) {  // top_p so small that 1 - top_p rounds to 1: the floor is 1/n, which no entry exceeds
+    const auto top = static_cast<std::size_t>(argmax(row));
+    out[top] = static_cast<double>(weights[static_cast<Eigen::Index>(top)]) / sum;
+    order.push_back(static_cast<std::uint32_t>(top));
+  }
   const double kept = keep_top_p(out, order, params.top_p);
   for (std::uint32_t i : order) out[i] /= kept;
 }

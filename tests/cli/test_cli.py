@@ -109,6 +109,8 @@ errors = [
     (["--threads", "0"], "--threads must be in 1..256, got 0"),
     (["--prompt", ""], "--prompt is empty"),
     (["--max-context", "8", "--max-tokens", "16"], "exceeds --max-context 8"),
+    (["--max-context", "9223372036854775808"], "--max-context must be in 1..131072, got 9223372036854775808"),
+    (["--max-context", "12", "--max-tokens", "18446744073709551615"], "exceeds --max-context 12"),
 ]
 for args, message in errors:
     r = run(*args)

@@ -105,9 +105,9 @@ struct LlamaConfig {
                             " is not a multiple of llama.attention.head_count_kv ", kv_heads);
     if (heads / kv_heads > 64)
       specdec::detail::fail("llama config: ", heads / kv_heads, " query heads per kv head, at most 64 supported");
-    if (rope_dims % 2 != 0 || rope_dims > head_dim)
+    if (rope_dims == 0 || rope_dims % 2 != 0 || rope_dims > head_dim)
       specdec::detail::fail("llama config: llama.rope.dimension_count ", rope_dims,
-                            " must be even and at most the head width ", head_dim);
+                            " must be even, positive and at most the head width ", head_dim);
     if (!(rms_eps > 0.0f) || !(rope_base > 0.0f))
       specdec::detail::fail("llama config: llama.attention.layer_norm_rms_epsilon ", rms_eps,
                             " and llama.rope.freq_base ", rope_base, " must be positive");
