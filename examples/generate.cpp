@@ -276,7 +276,9 @@ int run_main(int argc, char** argv) {
 
   const std::string prompt_text = args.chat ? Tokenizer::chat_prompt(args.prompt) : args.prompt;
   const std::vector<Token> prompt = tokenizer.encode(prompt_text);
-  if (prompt.empty()) throw UsageError("--prompt is empty");
+  if (prompt.empty())
+    throw UsageError(args.prompt.empty() ? "--prompt is empty"
+                                         : "--prompt has no byte that this vocabulary has a token for (it has none for F5-FF)");
   if (prompt.size() > args.max_context || args.max_tokens > args.max_context - prompt.size())  // no wrap-around
     throw UsageError("prompt (" + std::to_string(prompt.size()) + " tokens) + --max-tokens (" +
                      std::to_string(args.max_tokens) + ") exceeds --max-context " + std::to_string(args.max_context));

@@ -1,5 +1,7 @@
 // PromptLookupDraft and the draft-length policies.
 #include <catch2/catch.hpp>
+
+#include <cmath>
 #include <map>
 #include <random>
 
@@ -113,6 +115,23 @@ TEST_CASE("adaptive draft length grows k when drafts are accepted and cheap", "[
                     .verify_width = k + 1, .verify_seconds = 1.0});
   }
   CHECK(policy.next(options) == 8);
+}
+
+TEST_CASE("a round timed as NaN, infinite or negative teaches acceptance but no cost", "[draft_length]") {
+  AdaptiveDraftLength policy;
+  const GenerateOptions options{.draft_length = 4};
+  for (const double broken : {std::nan(""), double(INFINITY), -1.0}) {
+    policy.observe({.requested = 2, .drafted = 2, .accepted = 2, .draft_steps = 2, .draft_seconds = 0.0,
+                    .verify_width = 3, .verify_seconds = broken, .round_seconds = 1.0});
+  }
+  for (int round = 0; round < 20; ++round)
+    policy.observe({.requested = 2, .drafted = 2, .accepted = 2, .draft_steps = 2, .draft_seconds = 0.02,
+                    .verify_width = 3, .verify_seconds = 1.0, .round_seconds = 1.05});
+  CHECK(std::isfinite(policy.verify_seconds(3)));
+  CHECK(policy.verify_seconds(3) == Approx(1.0).epsilon(0.01));
+  CHECK(std::isfinite(policy.rate(2)));
+  CHECK(policy.rate(2) > policy.rate(0));
+  CHECK(policy.next(options) >= 2);
 }
 
 TEST_CASE("adaptive draft length learns a verify cost that is not linear in the width", "[draft_length]") {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <iterator>
@@ -123,6 +124,17 @@ class AdaptiveDraftLength {
   }
 
   void observe(const RoundReport& report) {
+    // A time that is not a finite, non-negative number (a broken clock, a report built by hand) would stay in
+    // the moving averages for good: such a round teaches acceptance only.
+    const bool timed = [&] {
+      for (double t : {report.draft_seconds, report.catch_up_seconds, report.verify_seconds, report.round_seconds})
+        if (!(t >= 0.0 && t < INFINITY)) return false;
+      return true;
+    }();
+    if (!timed) {
+      observe_acceptance(report);
+      return;
+    }
     measured_ = true;
     if (probing_) cheap_probes_ = report.draft_seconds < 0.05 * report.verify_seconds;
     probing_ = false;
@@ -139,6 +151,11 @@ class AdaptiveDraftLength {
       const bool drafting = report.requested > 0;
       update(overhead_[drafting], outside, overhead_samples_[drafting]);
     }
+    observe_acceptance(report);
+  }
+
+  /// What a round tells about the draft alone: how far it went, and how much of it the target accepted.
+  void observe_acceptance(const RoundReport& report) {
     // The draft's own limit L (a flat row, draft_p_min, its budget): it proposed `drafted` tokens, and when
     // that is below the request, L = drafted; otherwise L >= requested (censored). P(L > j) is learned for the
     // j the round could see.
