@@ -174,8 +174,8 @@ inline void transform_dense(std::span<const float> row, const SamplingParams& pa
   thread_local Eigen::ArrayXf weights;  // [vocab], reused: no allocation per row
   // Below e^-87 a weight is 0: Eigen's vectorised exp clamps its argument at about -88.7, which left masked
   // tokens (-inf, -1e30) a weight of 3e-39 instead of 0 in whole vector packets (and exactly 0 in the tail).
-  const float inverse = 1.0f / params.temperature;
-  weights = ((logits - max) * inverse < -87.0f).select(0.0f, ((logits - max) * inverse).exp());
+  weights = (logits - max) * (1.0f / params.temperature);
+  weights = (weights < -87.0f).select(0.0f, weights.exp());  // coefficient-wise: reading weights while writing is safe
   if (params.top_k > 0 && params.top_k < n) {
     std::vector<float> sorted(row.begin(), row.end());
     std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(params.top_k - 1), sorted.end(),

@@ -205,7 +205,6 @@ class LlamaWeights {
                                          const std::vector<std::uint64_t>& dims) {
     const gguf::TensorInfo* t = lookup(name);
     if (!t) specdec::detail::fail("missing tensor ", name, ", expected dims ", dims_text(dims));
-    // (The dims of config-derived shapes fit: validate() bounds every size.)
     if (t->dims != dims)
       specdec::detail::fail("tensor ", name, " has dims ", dims_text(t->dims), ", expected ", dims_text(dims));
     return *t;

@@ -63,9 +63,7 @@ class Tokenizer {
     if (!types_.empty() && types_.size() != tokens_.size())
       specdec::detail::fail("tokenizer has ", types_.size(), " token types (tokenizer.ggml.token_type), expected one per token (",
                             tokens_.size(), ")");
-    for (std::size_t i = 0; i < types_.size(); ++i)
-      if (types_[i] < 0 || types_[i] > static_cast<std::int32_t>(TokenType::byte))
-        specdec::detail::fail("tokenizer.ggml.token_type of token ", i, " is ", types_[i], ", expected 0 to 6");
+    for (std::size_t i = 0; i < types_.size(); ++i) check_token_type(i, types_[i]);
     if (types_.empty()) types_.assign(tokens_.size(), static_cast<std::int32_t>(TokenType::normal));
     check_special_id("bos", bos_);
     check_special_id("eos", eos_);
@@ -96,9 +94,7 @@ class Tokenizer {
       const auto types = file.get_int_array("tokenizer.ggml.token_type");
       v.types.reserve(types.size());
       for (std::size_t i = 0; i < types.size(); ++i) {
-        if (types[i] < 0 || types[i] > static_cast<std::int64_t>(TokenType::byte))
-          specdec::detail::fail(file.name(), ": tokenizer.ggml.token_type of token ", i, " is ", types[i],
-                                ", expected 0 to 6");
+        check_token_type(i, types[i], file.name());  // before narrowing: 2^32 + 1 would pass as 1
         v.types.push_back(static_cast<std::int32_t>(types[i]));
       }
     }
@@ -222,6 +218,13 @@ class Tokenizer {
     if (t < 0 || static_cast<std::size_t>(t) >= tokens_.size())
       specdec::detail::fail("token id ", t, " is out of range for a vocabulary of ", tokens_.size(), " tokens");
     return static_cast<std::size_t>(t);
+  }
+
+  /// A token type is 0 (undefined) or a TokenType. `file`: prefixed to the message when not empty.
+  static void check_token_type(std::size_t i, std::int64_t type, std::string_view file = {}) {
+    if (type < 0 || type > static_cast<std::int64_t>(TokenType::byte))
+      specdec::detail::fail(file, file.empty() ? "" : ": ", "tokenizer.ggml.token_type of token ", i, " is ", type,
+                            ", expected 0 to 6");
   }
 
   void check_special_id(std::string_view what, Token t) const {
