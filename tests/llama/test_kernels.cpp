@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -131,6 +133,27 @@ TEST_CASE("the thread pool runs every task exactly once per job, many jobs in a 
         });
       REQUIRE(!bad_slot);
       for (auto& h : hits) REQUIRE(h.load() == 500);
+    }
+  }
+}
+
+TEST_CASE("a task that throws ends its job: the caller rethrows, and the pool runs the next job", "[kernels]") {
+  for (std::size_t threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int job = 0; job < 200; ++job) {
+      CAPTURE(threads, job);
+      const std::size_t tasks = 16, bad = static_cast<std::size_t>(job) % tasks;
+      std::atomic<int> ran{0};
+      REQUIRE_THROWS_WITH(pool.parallel_for(tasks,
+                                            [&](std::size_t task, std::size_t) {
+                                              ran.fetch_add(1);
+                                              if (task == bad) throw std::runtime_error("task " + std::to_string(task));
+                                            }),
+                          "task " + std::to_string(bad));
+      REQUIRE(ran.load() >= 1);
+      std::vector<std::atomic<int>> hits(tasks);
+      pool.parallel_for(tasks, [&](std::size_t task, std::size_t) { hits[task].fetch_add(1); });
+      for (auto& h : hits) REQUIRE(h.load() == 1);
     }
   }
 }

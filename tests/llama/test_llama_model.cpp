@@ -1,15 +1,45 @@
 // Tests of the llama forward pass: a tiny random llama written with the GGUF test writer, checked against a
 // naive double-precision reference and for batch invariance, and the real SmolLM2 file end to end.
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <new>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "specdec/llama/llama_model.hpp"
 #include "support/gguf_writer.hpp"
+
+// This test program's operator new can be told to fail: fail_allocation_after = k makes the allocation after
+// the next k throw std::bad_alloc, once (-1: never). Used below to run out of memory in the middle of a forward.
+namespace {
+std::atomic<long> fail_allocation_after{-1};
+void maybe_fail_allocation() {
+  if (fail_allocation_after.load(std::memory_order_relaxed) >= 0 && fail_allocation_after.fetch_sub(1) == 0)
+    throw std::bad_alloc();
+}
+}  // namespace
+
+void* operator new(std::size_t size) {
+  maybe_fail_allocation();
+  if (void* p = std::malloc(size ? size : 1)) return p;
+  throw std::bad_alloc();
+}
+void* operator new(std::size_t size, std::align_val_t align) {
+  maybe_fail_allocation();
+  const auto a = static_cast<std::size_t>(align);
+  if (void* p = std::aligned_alloc(a, (size + a - 1) / a * a + (size == 0 ? a : 0))) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 namespace {
 
@@ -329,6 +359,55 @@ TEST_CASE("bad tokens, context overflow and bad tensors are reported with the nu
                       Catch::Contains("tensor blk.0.attn_k.weight has dims [96, 32], expected [64, 32]"));
   REQUIRE_THROWS_WITH(tiny_weights(WeightFormat::f32, misshaping("token_embd.weight")),
                       Catch::Contains("tensor token_embd.weight has dims [96, 96], expected [64, 96]"));
+}
+
+TEST_CASE("running out of memory in the middle of a forward leaves the context as it was", "[llama]") {
+  // A batch wider than any before makes the kernels' per-thread scratch grow inside the layers (the down
+  // projection's is wider than the others, so it grows after layer 0 has stored its keys and values). Failing
+  // the 1st, 2nd, ... allocation of the forward in turn reaches each of those points, on the caller or a worker.
+  const auto weights = tiny_weights(WeightFormat::quantized_dot);
+  const auto prompt = random_tokens(5, 96, 1), batch = random_tokens(40, 96, 2), next = random_tokens(3, 96, 3);
+  LlamaModel reference(weights, 64, nullptr);
+  reference.forward(prompt);
+  const specdec::Logits expected = reference.forward(batch);
+  const specdec::Logits expected_next = reference.forward(next);
+  for (std::size_t threads : {1, 2}) {
+    CAPTURE(threads);
+    int failures = 0;
+    std::vector<std::size_t> sizes_after_failure;
+    specdec::Logits got, got_next;
+    // A new thread (and a new pool) starts with empty thread-local scratch, so the growth happens here.
+    std::string error;  // anything else thrown on the thread
+    std::thread run([&] {
+      try {
+        LlamaModel model(weights, 64, std::make_shared<ThreadPool>(threads));
+        model.forward(prompt);
+        for (long k = 0;; ++k) {
+          fail_allocation_after = k;
+          try {
+            got = model.forward(batch);
+            fail_allocation_after = -1;
+            break;
+          } catch (const std::bad_alloc&) {
+            fail_allocation_after = -1;
+            ++failures;
+            sizes_after_failure.push_back(model.context_size());
+          }
+        }
+        got_next = model.forward(next);
+      } catch (const std::exception& e) {
+        fail_allocation_after = -1;
+        error = e.what();
+      }
+    });
+    run.join();
+    REQUIRE(error == "");
+    CHECK(failures >= 3);
+    for (std::size_t size : sizes_after_failure) CHECK(size == prompt.size());
+    REQUIRE(got.rows() == expected.rows());
+    CHECK(std::memcmp(got.data(), expected.data(), expected.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(got_next.data(), expected_next.data(), expected_next.size() * sizeof(float)) == 0);
+  }
 }
 
 TEST_CASE("revision() changes with every forward, append and truncate", "[llama]") {

@@ -126,12 +126,33 @@ class Transformer {
     ++revision_;
     if (n == 0) return logits_;
     reserve(n);
-    const std::size_t e = c.embedding, qw = c.heads * c.head_dim, kw = c.kv_heads * c.head_dim;
+    const std::size_t e = c.embedding;
     ThreadPool& pool = *pool_;
 
     // 1. Token embeddings.                                                         x: [n, embedding]
     for (std::size_t i = 0; i < n; ++i) weights_->token_embedding().row(static_cast<std::size_t>(tokens[i]), &x_[i * e]);
 
+    // Only std::bad_alloc can throw below (a kernel's per-thread scratch growing): the layers that took the new
+    // positions give them back, so the context is what it was before the call.
+    try {
+      run_blocks(start, n, pool);
+      // 4. Final norm and output head.                                             logits: [n, vocab]
+      if (with_logits) {
+        rms_norm(x_.data(), weights_->output_norm().data(), h_.data(), n);
+        matmul(MatmulOutput{&weights_->output(), logits_.data(), c.vocab, false}, h_.data(), e, n, pool);
+      }
+    } catch (...) {
+      truncate(start);
+      throw;
+    }
+    return logits_;
+  }
+
+ private:
+  /// Runs the transformer blocks over the n positions at start.. held in x_, appending their keys and values.
+  void run_blocks(std::size_t start, std::size_t n, ThreadPool& pool) {
+    const LlamaConfig& c = config();
+    const std::size_t e = c.embedding, qw = c.heads * c.head_dim, kw = c.kv_heads * c.head_dim;
     for (std::size_t l = 0; l < layers_; ++l) {
       const LayerWeights& w = weights_->layer(l);
       // 2. Attention: norm, Q/K/V projections (K and V straight into the cache), RoPE, attention, Wo + residual.
@@ -154,15 +175,8 @@ class Transformer {
       swiglu(gate_.data(), up_.data(), n * c.ffn);
       matmul(MatmulOutput{&w.down, x_.data(), e, true}, gate_.data(), c.ffn, n, pool);
     }
-
-    // 4. Final norm and output head.                                               logits: [n, vocab]
-    if (!with_logits) return logits_;
-    rms_norm(x_.data(), weights_->output_norm().data(), h_.data(), n);
-    matmul(MatmulOutput{&weights_->output(), logits_.data(), c.vocab, false}, h_.data(), e, n, pool);
-    return logits_;
   }
 
- private:
   template <class T>
   using KeyBlocks = std::vector<T, HugePageAllocator<T>>;
 
@@ -362,7 +376,7 @@ class LlamaModel {
   std::size_t context_size() const { return state_.context_size(); }
   /// Appends tokens; returns the logits of each appended position, [tokens.size(), vocab_size()], valid until
   /// the next call. Throws specdec::Error for ids outside the vocabulary or when the context would exceed
-  /// max_context(); the model is unchanged then.
+  /// max_context(); the model is unchanged then. Out of memory (std::bad_alloc) also leaves the context as it was.
   const Logits& forward(std::span<const Token> tokens) { return state_.forward(tokens); }
   /// Appends tokens without computing logits: the decoder's prompt processing skips the output head this way.
   void append(std::span<const Token> tokens) { state_.forward(tokens, false); }

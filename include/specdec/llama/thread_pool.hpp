@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <thread>
 #include <type_traits>
@@ -60,7 +61,9 @@ void spin_then_wait(const std::atomic<Word>& word, Pred pred, std::chrono::micro
 /// every task; the caller and the workers claim tasks one by one from a shared counter, so a worker that the
 /// OS has descheduled (other processes on the machine) never holds the caller up: a worker joins a job only
 /// while it is open, and the caller closes it as soon as every task is claimed, then waits only for the
-/// workers that joined. threads = 1 creates no threads and runs tasks inline, in order. One pool may serve
+/// workers that joined. threads = 1 creates no threads and runs tasks inline, in order. A task that throws
+/// (std::bad_alloc when a scratch buffer grows) ends the job: tasks not yet claimed are skipped, and the caller
+/// rethrows the first exception once every thread has left the job, so the pool stays usable. One pool may serve
 /// several models that run alternately (a target and its draft); calls must not be concurrent or nested.
 ///
 ///   ThreadPool pool(2);
@@ -90,7 +93,8 @@ class ThreadPool {
   std::size_t threads() const { return count_; }
 
   /// Calls fn(task, slot) once for each task in [0, tasks) and returns when all have returned. `slot`
-  /// (0 for the caller) is the running thread's index, for per-thread scratch. fn must not throw.
+  /// (0 for the caller) is the running thread's index, for per-thread scratch. If a task throws, the first
+  /// exception is rethrown here after the job ends; some other tasks may then not have run.
   template <class Fn>
   void parallel_for(std::size_t tasks, Fn&& fn) {
     if (count_ == 1 || tasks <= 1) {
@@ -111,6 +115,10 @@ class ThreadPool {
     if (ticket_.fetch_or(closed_bit, std::memory_order_acq_rel) & count_mask)
       detail::spin_then_wait(ticket_, [this] { return (ticket_.load(std::memory_order_acquire) & count_mask) == 0; },
                              spin_);
+    if (failed_.load(std::memory_order_acquire)) {
+      failed_.store(false, std::memory_order_relaxed);
+      std::rethrow_exception(std::exchange(error_, nullptr));
+    }
   }
 
  private:
@@ -120,7 +128,14 @@ class ThreadPool {
   static constexpr int generation_shift = 17;
 
   void claim_tasks(std::size_t slot) {
-    for (std::size_t t; (t = next_.fetch_add(1, std::memory_order_acq_rel)) < tasks_;) job_(context_, t, slot);
+    for (std::size_t t; (t = next_.fetch_add(1, std::memory_order_acq_rel)) < tasks_;) {
+      try {
+        job_(context_, t, slot);
+      } catch (...) {
+        next_.store(tasks_, std::memory_order_relaxed);  // skip the rest; the caller rethrows
+        if (!failed_.exchange(true, std::memory_order_acq_rel)) error_ = std::current_exception();
+      }
+    }
   }
 
   void work(std::size_t slot) {
@@ -148,6 +163,8 @@ class ThreadPool {
   std::atomic<std::uint64_t> ticket_{0};      // see closed_bit
   std::atomic<std::size_t> next_{0};          // next unclaimed task of the current job
   std::atomic<bool> stop_{false};
+  std::atomic<bool> failed_{false};           // a task of the current job threw; error_ holds the first exception
+  std::exception_ptr error_;
   std::size_t tasks_ = 0;                     // tasks of the current job
   void (*job_)(void*, std::size_t, std::size_t) = nullptr;
   void* context_ = nullptr;
