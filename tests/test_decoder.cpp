@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include <cmath>
 #include <limits>
@@ -30,6 +31,33 @@ std::vector<std::vector<Token>> prompts(std::size_t count) {
     out.push_back(prompt);
   }
   return out;
+}
+
+/// A toy model whose context holds at most `cap` tokens (HasMaxContext), like LlamaModel's max_context.
+struct CappedModel {
+  ToyModel inner;
+  std::size_t cap;
+  std::size_t vocab_size() const { return inner.vocab_size(); }
+  std::size_t context_size() const { return inner.context_size(); }
+  std::size_t max_context() const { return cap; }
+  std::uint64_t revision() const { return inner.revision(); }
+  void truncate(std::size_t n) { inner.truncate(n); }
+  const Logits& forward(std::span<const Token> tokens) {
+    if (tokens.size() > cap - inner.context_size())
+      detail::fail("context overflow: holds ", inner.context_size(), " of ", cap, ", cannot append ", tokens.size());
+    return inner.forward(tokens);
+  }
+};
+static_assert(HasMaxContext<CappedModel>);
+
+/// The tokens of a generation, or nullopt when it threw specdec::Error.
+template <class F>
+std::optional<std::vector<Token>> tokens_or_error(F&& generate) {
+  try {
+    return generate().tokens;
+  } catch (const Error&) {
+    return std::nullopt;
+  }
 }
 
 }  // namespace
@@ -108,6 +136,32 @@ TEST_CASE("generation ends right after a stop token, even in the middle of an ac
   const auto plain_stopped = generate_autoregressive(target, Greedy{}, prompt, options);
   CHECK(plain_stopped.tokens == result.tokens);
   CHECK(plain_stopped.stop_reason == StopReason::stop_token);
+}
+
+TEST_CASE("rounds stay within both models' max_context: speculative decoding runs wherever plain decoding does",
+          "[decoder]") {
+  const std::vector<Token> prompt{3, 1, 4, 1, 5};
+  ToyModel free_target(target_config());
+  const Token stop = generate_autoregressive(free_target, Greedy{}, prompt, {.max_new_tokens = 12}).tokens[6];
+  std::size_t stopped_short = 0;  // plain runs that ended on the stop token with less room than max_new_tokens
+  for (std::size_t cap = 1; cap <= prompt.size() + 13; ++cap)
+    for (std::size_t draft_cap : {cap, cap / 2 + 1, cap + 3, std::size_t{2}})
+      for (std::size_t k : {1, 3, 8})
+        for (bool with_stop : {false, true}) {
+          CAPTURE(cap, draft_cap, k, with_stop);
+          GenerateOptions options{.max_new_tokens = 12, .draft_length = k};
+          if (with_stop) options.stop_tokens = {stop};
+          CappedModel target{ToyModel(target_config()), cap};
+          const auto plain = tokens_or_error([&] { return generate_autoregressive(target, Greedy{}, prompt, options); });
+          if (plain && with_stop && cap < prompt.size() + options.max_new_tokens) ++stopped_short;
+          CappedModel perfect{ToyModel(target_config()), draft_cap};
+          CHECK(tokens_or_error([&] { return SpeculativeDecoder(perfect, target).generate(prompt, options); }) == plain);
+          CappedModel good{ToyModel(good_draft_config()), draft_cap};
+          CHECK(tokens_or_error([&] { return SpeculativeDecoder(good, target).generate(prompt, options); }) == plain);
+          PromptLookupDraft lookup(kVocab);
+          CHECK(tokens_or_error([&] { return SpeculativeDecoder(lookup, target).generate(prompt, options); }) == plain);
+        }
+  CHECK(stopped_short > 0);
 }
 
 TEST_CASE("max_new_tokens is never exceeded", "[decoder]") {

@@ -6,6 +6,8 @@
 // Read next: acceptance.hpp (how tokens are chosen), draft_length.hpp (how k is chosen).
 #pragma once
 
+#include <algorithm>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -61,7 +63,8 @@ class SpeculativeDecoder {
     std::vector<Token> drafts, feed;
     for (bool done = false; !done;) {
       const auto round_start = detail::Clock::now();
-      const std::size_t k = std::min<std::size_t>(length_.next(options), emitter.remaining() - 1);
+      const std::size_t k =
+          std::min({static_cast<std::size_t>(length_.next(options)), emitter.remaining() - 1, room(sequence.size())});
       stats.draft_lengths.push_back(k);
       RoundReport report{.requested = k};
       draft(sequence, k, options, session, drafts, report, stats);
@@ -124,10 +127,26 @@ class SpeculativeDecoder {
     stats.reused_prompt_tokens = held;
     if (held < n - 1)
       target_.append(sequence.subspan(held, n - 1 - held), stats.target_seconds, stats.target_forward_calls);
+    if (room(n) == 0) return;  // a draft too small for the prompt sits out; every round then has k = 0
     const std::size_t draft_held = draft_.sync(sequence, n - 1);
     if (draft_held < n - 1)
       draft_.append(sequence.subspan(draft_held, n - 1 - draft_held), stats.draft_seconds, stats.draft_forward_calls);
     stats.prefill_seconds = stats.target_seconds + stats.draft_seconds - before;
+  }
+
+  /// The most proposals a round may make after n tokens within both models' contexts (HasMaxContext): the
+  /// target holds n + k positions after verifying k proposals, the draft n + k - 1 after proposing them.
+  std::size_t room(std::size_t n) {
+    std::size_t room = std::numeric_limits<std::size_t>::max();
+    if constexpr (HasMaxContext<Target>) {
+      const auto most = static_cast<std::size_t>(target_.model().max_context());
+      room = most > n ? most - n : 0;
+    }
+    if constexpr (HasMaxContext<Draft>) {
+      const auto most = static_cast<std::size_t>(draft_.model().max_context());
+      room = std::min(room, most >= n ? most + 1 - n : 0);
+    }
+    return room;
   }
 
   /// Lets the draft propose up to k tokens after `sequence`, one forward call each. Drafting ends early when

@@ -43,4 +43,13 @@ concept HasRevision = requires(const M& cm) {
   { cm.revision() } -> std::convertible_to<std::uint64_t>;
 };
 
+/// Optional for any model: how many tokens its context holds at most. The decoder keeps each round within it
+/// (fewer proposals near the end, none when only the target's next token fits), so speculative decoding runs
+/// wherever plain decoding of the same target does. Without it, a round may ask for up to k positions more
+/// than plain decoding would, and a model that cannot hold them throws.
+template <class M>
+concept HasMaxContext = requires(const M& cm) {
+  { cm.max_context() } -> std::convertible_to<std::size_t>;
+};
+
 }  // namespace specdec

@@ -424,5 +424,6 @@ class EarlyExitDraft {
 
 static_assert(specdec::Model<LlamaModel>);
 static_assert(specdec::Model<EarlyExitDraft>);
+static_assert(specdec::HasMaxContext<LlamaModel> && specdec::HasMaxContext<EarlyExitDraft>);
 
 }  // namespace specdec::llama
