@@ -134,6 +134,25 @@ TEST_CASE("a round timed as NaN, infinite or negative teaches acceptance but no 
   CHECK(policy.next(options) >= 2);
 }
 
+TEST_CASE("adaptive draft length weighs every k up to a huge draft_length in one pass per round", "[draft_length]") {
+  // next() compares rate(k) for every k <= draft_length; computed one k at a time that was cubic in
+  // draft_length (about 10^15 steps a round here, a hang). One pass gives the same rates.
+  AdaptiveDraftLength policy;
+  const GenerateOptions options{.draft_length = 200'000};
+  for (int round = 0; round < 10; ++round) {
+    const std::size_t k = policy.next(options);
+    REQUIRE(k <= options.draft_length);
+    const std::size_t drafted = std::min<std::size_t>(k, 6);
+    policy.observe({.requested = k, .drafted = drafted, .accepted = drafted / 2, .draft_steps = drafted + 1,
+                    .draft_seconds = 0.001, .verify_width = drafted + 1,
+                    .verify_seconds = 0.01 * (1.0 + 0.1 * double(drafted)), .round_seconds = 0.012});
+  }
+  std::vector<double> rates;
+  policy.for_each_rate(40, [&](std::size_t k, double r) { CHECK(k == rates.size()); rates.push_back(r); });
+  REQUIRE(rates.size() == 41);
+  for (std::size_t k : {0, 1, 2, 7, 40}) CHECK(rates[k] == policy.rate(k));
+}
+
 TEST_CASE("adaptive draft length learns a verify cost that is not linear in the width", "[draft_length]") {
   // A prompt-lookup draft's rounds verify 1, 3, 5 or 9 positions, and the ninth position costs far more than
   // the others (as when a kernel's register budget runs out): a line through those passes misjudges t_v(1) by

@@ -77,11 +77,12 @@ class AdaptiveDraftLength {
     const std::size_t max_k = options.draft_length;
     if (max_k == 0) return current_ = 0;
     if (!measured_) return current_ = 1;  // first round: one cheap draft step to measure
+    rates_.resize(max_k + 1);
+    for_each_rate(max_k, [&](std::size_t k, double r) { rates_[k] = r; });
     std::size_t best = 0;
-    double best_rate = rate(0);
     for (std::size_t k = 1; k <= max_k; ++k)
-      if (const double r = rate(k); r > best_rate) best = k, best_rate = r;
-    if (current_ > max_k || best_rate > rate(current_) * (1.0 + hysteresis)) current_ = best;
+      if (rates_[k] > rates_[best]) best = k;
+    if (current_ > max_k || rates_[best] > rates_[current_] * (1.0 + hysteresis)) current_ = best;
     if (current_ > 0) {
       wait_ = 0;
       probe_now_ = false;
@@ -106,7 +107,7 @@ class AdaptiveDraftLength {
       probing_ = true;
       std::size_t probe = 1;
       for (std::size_t k = 2; k <= max_k; ++k)
-        if (rate(k) > rate(probe)) probe = k;
+        if (rates_[k] > rates_[probe]) probe = k;
       return probe;
     }
     return current_;
@@ -175,24 +176,39 @@ class AdaptiveDraftLength {
   /// large k cheap), plus the measured time a round spends outside the model calls (separately for rounds with
   /// and without drafting), so that k > 0 is chosen only when it pays in wall time.
   double rate(std::size_t k) const {
+    double last = 0.0;
+    for_each_rate(k, [&](std::size_t, double r) { last = r; });
+    return last;
+  }
+  /// Calls f(k, rate(k)) for k = 0..max_k in one pass, O(max_k): the same sums in the same order as rate(k), so
+  /// the same bits, without redoing the first k terms for every k (next() used to, cubic in draft_length).
+  template <class F>
+  void for_each_rate(std::size_t max_k, F&& f) const {
     // all_accepted: P(the round's proposals were all accepted); the draft never read the last of them, and is
-    // fed it (one token of catch-up) before the next round.
+    // fed it (one token of catch-up) before the next round. The sums over j < k are kept; each k adds its own
+    // terms for L >= k to copies.
     double expected = 1.0, run = 1.0, cost = 0.0, steps = 0.0, all_accepted = 0.0;
-    for (std::size_t j = 0; j < k; ++j) {
-      const double stops_here = at_least(j) - continues(j);  // P(L = j)
+    double continues_j = 1.0, at_least_j = 1.0;  // P(L > j) and P(L >= j) at the current j
+    for (std::size_t k = 0;; ++k) {
+      const double full = at_least_j;
+      double cost_k = cost + full * (k == 0 ? plain_verify_seconds() : verify_seconds(k + 1));
+      const double steps_k = steps + full * static_cast<double>(k);
+      const double all_k = k > 0 ? all_accepted + full * run : all_accepted;
+      cost_k += steps_k * (t_draft_samples_ > 0 ? t_draft_ : 0.0);
+      cost_k += all_k * catch_up_per_token_;  // 0 until measured
+      if (cost_k > 0.0) cost_k += k > 0 ? drafting_overhead() : plain_overhead();
+      f(k, cost_k > 0.0 ? expected / cost_k : 0.0);
+      if (k == max_k) return;
+      // The terms of j = k, for every longer k.
+      const std::size_t j = k;
+      if (j < continues_.size()) continues_j = std::min(continues_j, continues_[j]);
+      const double stops_here = at_least_j - continues_j;  // P(L = j)
       cost += stops_here * (j == 0 ? plain_verify_seconds() : verify_seconds(j + 1));
       steps += stops_here * static_cast<double>(j + 1);  // j proposals and the step that declined
       if (j > 0) all_accepted += stops_here * run;
-      expected += continues(j) * (run *= alpha(j));
+      expected += continues_j * (run *= alpha(j));
+      at_least_j = continues_j;
     }
-    const double full = at_least(k);
-    cost += full * (k == 0 ? plain_verify_seconds() : verify_seconds(k + 1));
-    steps += full * static_cast<double>(k);
-    if (k > 0) all_accepted += full * run;
-    cost += steps * (t_draft_samples_ > 0 ? t_draft_ : 0.0);
-    cost += all_accepted * catch_up_per_token_;  // 0 until measured
-    if (cost > 0.0) cost += k > 0 ? drafting_overhead() : plain_overhead();
-    return cost > 0.0 ? expected / cost : 0.0;
   }
   /// The current estimate of P(L > j), the draft proposing more than j tokens when asked for more
   /// (non-increasing in j: the running minimum of the per-j averages).
@@ -314,6 +330,7 @@ class AdaptiveDraftLength {
   std::size_t catch_up_samples_ = 0;  // rounds behind that estimate (the probe rule waits for a few)
   bool measured_ = false;
   std::size_t current_ = 0;
+  std::vector<double> rates_;  // next()'s rate(k) for k = 0..draft_length, kept to avoid an allocation per round
   std::size_t rounds_at_zero_ = 0;
   std::size_t wait_ = 0;  // rounds at k = 0 before the next probe (0: not waiting yet)
   std::size_t rounds_since_longer_ = 0;  // rounds at k > 0 since one was drafted one position longer

@@ -91,7 +91,8 @@ class BasicKvCache {
     return values_[layer].middleRows(start, n);
   }
 
-  /// Keeps the first n positions of every layer and drops the rest, in O(layers). n >= size() is a no-op.
+  /// Keeps the first n positions of every layer and drops the rest, in O(layers); a layer holding n or fewer
+  /// keeps all of its own (so truncate(size()) evens out layers that a failed step left at different lengths).
   void truncate(std::size_t n) {
     for (auto& length : lengths_) length = std::min(length, n);
   }

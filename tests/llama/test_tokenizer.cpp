@@ -183,6 +183,10 @@ TEST_CASE("chat_prompt renders smollm2 chatml with the default system turn", "[t
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
         "<|im_start|>assistant\nHello!<|im_end|>\n");
 
+  // As the file's jinja template renders an empty list: the system turn comes with the first message only.
+  CHECK(Tokenizer::chat_prompt(std::span<const ChatMessage>{}) == "<|im_start|>assistant\n");
+  CHECK(Tokenizer::chat_prompt(std::span<const ChatMessage>{}, false).empty());
+
   const auto ids = smollm2().encode(Tokenizer::chat_prompt("Hello"));
   CHECK(std::count(ids.begin(), ids.end(), 1) == 3);
   CHECK(std::count(ids.begin(), ids.end(), 2) == 2);
@@ -291,7 +295,8 @@ TEST_CASE("tokenizer errors name the bad value and what was expected", "[tokeniz
   REQUIRE_THROWS_WITH(Tokenizer(v), Catch::Contains("token_type of token 1 is -1"));
 
   CHECK(Tokenizer::from_gguf(TinyGguf{}.build()).encode("ab") == std::vector<Token>{2});
-  CHECK(Tokenizer::from_gguf(TinyGguf{.pre = ""}.build()).encode("ab") == std::vector<Token>{2});
+  REQUIRE_THROWS_WITH(Tokenizer::from_gguf(TinyGguf{.pre = ""}.build()),
+                      Catch::Contains("tiny.gguf: no tokenizer.ggml.pre key, expected \"smollm\""));
   REQUIRE_THROWS_WITH(Tokenizer::from_gguf(TinyGguf{.model = "llama"}.build()),
                       Catch::Contains("tokenizer.ggml.model is \"llama\"") && Catch::Contains("\"gpt2\""));
   REQUIRE_THROWS_WITH(Tokenizer::from_gguf(TinyGguf{.pre = "llama3"}.build()),

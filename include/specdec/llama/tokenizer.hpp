@@ -72,22 +72,24 @@ class Tokenizer {
   }
 
   /// Reads tokenizer.ggml.{model, pre, tokens, token_type, merges, bos_token_id, eos_token_id}.
-  /// requires: model "gpt2" (byte-level BPE). pre: absent or one of the pre-tokenizers llama.cpp runs with
-  /// exactly this digit-then-GPT-2 regex pair (smollm, starcoder, refact, command-r, codeshell, exaone,
-  /// minerva); any other value is rejected rather than tokenized with the wrong regex.
+  /// requires: model "gpt2" (byte-level BPE). pre: one of the pre-tokenizers llama.cpp runs with exactly this
+  /// digit-then-GPT-2 regex pair (smollm, starcoder, refact, command-r, codeshell, exaone, minerva); any other
+  /// value is rejected rather than tokenized with the wrong regex, and so is a file without the key (llama.cpp
+  /// splits those with its "default" regexes, which differ from these).
   static Tokenizer from_gguf(const gguf::File& file) {
     if (!file.has("tokenizer.ggml.model")) specdec::detail::fail(file.name(), ": no tokenizer.ggml.model key");
     const std::string model = file.get_string("tokenizer.ggml.model");
     if (model != "gpt2")
       specdec::detail::fail(file.name(), ": tokenizer.ggml.model is \"", model, "\", expected \"gpt2\" (byte-level bpe)");
-    if (file.has("tokenizer.ggml.pre")) {
-      const std::string pre = file.get_string("tokenizer.ggml.pre");
-      constexpr std::array<std::string_view, 7> same_regexes{"smollm", "starcoder", "refact", "command-r",
-                                                             "codeshell", "exaone", "minerva"};
-      if (std::find(same_regexes.begin(), same_regexes.end(), pre) == same_regexes.end())
-        specdec::detail::fail(file.name(), ": tokenizer.ggml.pre is \"", pre, "\", expected \"smollm\" or another ",
-                     "pre-tokenizer with its regexes (starcoder, refact, command-r, codeshell, exaone, minerva)");
-    }
+    if (!file.has("tokenizer.ggml.pre"))
+      specdec::detail::fail(file.name(), ": no tokenizer.ggml.pre key, expected \"smollm\" (an older conversion: ",
+                            "llama.cpp splits its text with other regexes, which specdec does not implement)");
+    const std::string pre = file.get_string("tokenizer.ggml.pre");
+    constexpr std::array<std::string_view, 7> same_regexes{"smollm", "starcoder", "refact", "command-r",
+                                                           "codeshell", "exaone", "minerva"};
+    if (std::find(same_regexes.begin(), same_regexes.end(), pre) == same_regexes.end())
+      specdec::detail::fail(file.name(), ": tokenizer.ggml.pre is \"", pre, "\", expected \"smollm\" or another ",
+                            "pre-tokenizer with its regexes (starcoder, refact, command-r, codeshell, exaone, minerva)");
     Vocabulary v;
     v.tokens = file.get_string_array("tokenizer.ggml.tokens");
     if (file.has("tokenizer.ggml.token_type")) {
@@ -182,13 +184,14 @@ class Tokenizer {
     return text;
   }
 
-  /// Renders messages in SmolLM2's ChatML. If the first message is not a system message, the default system
-  /// turn ("You are a helpful AI assistant named SmolLM, trained by Hugging Face") comes first. With
+  /// Renders messages in SmolLM2's ChatML, as the file's tokenizer.chat_template does. If the first message is
+  /// not a system message, the default system turn ("You are a helpful AI assistant named SmolLM, trained by
+  /// Hugging Face") comes first; no messages give no turns at all. With
   /// add_generation_prompt the text ends with "<|im_start|>assistant\n", ready for generation.
   /// Encode the result with parse_special = true.
   static std::string chat_prompt(std::span<const ChatMessage> messages, bool add_generation_prompt = true) {
     std::string prompt;
-    if (messages.empty() || messages.front().role != "system")
+    if (!messages.empty() && messages.front().role != "system")
       prompt += "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n";
     for (const ChatMessage& m : messages) prompt += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
     if (add_generation_prompt) prompt += "<|im_start|>assistant\n";
