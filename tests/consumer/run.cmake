@@ -8,8 +8,8 @@ if(rc)
 endif()
 
 function(build_and_run name)
-  execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/${name}
-                  -DCMAKE_BUILD_TYPE=Release ${ARGN} RESULT_VARIABLE rc)
+  execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/${name} ${ARGN}
+                  RESULT_VARIABLE rc)
   if(rc)
     message(FATAL_ERROR "${name}: configuring the consumer project failed: ${rc}")
   endif()
@@ -24,5 +24,6 @@ function(build_and_run name)
   endif()
 endfunction()
 
-build_and_run(find_package -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
-build_and_run(add_subdirectory -DSPECDEC_SOURCE_TREE=${SOURCE_DIR})
+build_and_run(find_package -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
+# No build type: specdec must not pick one for its parent (it picks Release only as the top-level project).
+build_and_run(add_subdirectory -DCMAKE_BUILD_TYPE= -DSPECDEC_SOURCE_TREE=${SOURCE_DIR})
