@@ -28,6 +28,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <numeric>
 #include <cstdlib>
 #include <filesystem>
@@ -335,7 +336,7 @@ Generation generate_plain(const std::string& mode, std::span<const Token> prompt
 /// minutes a full run takes cannot skew against the speculative run. `after_task` runs after each task.
 template <class Generate>
 Totals run_tasks(const std::string& kind, const std::string& mode, Generate&& generate, Totals* paired = nullptr,
-                 const std::function<void()>& after_task = {}) {
+                 const std::function<void(const Generation&)>& after_task = {}) {
   Bench& bench = Bench::get();
   Totals totals;
   std::uint64_t seed = 0;
@@ -346,7 +347,7 @@ Totals run_tasks(const std::string& kind, const std::string& mode, Generate&& ge
     const auto g = generate(task.prompt, options);
     totals.add(g);
     if (paired) paired->add(generate_plain(mode, task.prompt, options));
-    if (after_task) after_task();
+    if (after_task) after_task(g);
   }
   return totals;
 }
@@ -384,19 +385,26 @@ double verify_seconds(const std::map<std::size_t, double>& t, double width) {
 /// minutes as the decoding they predict (the machine's speed drifts by 10-20% within minutes). One sample before
 /// the first task and one after each task (each the median of a few calls, which keeps out a call that the OS
 /// interrupted), so that every task sits between two samples. A task's costs are the mean of the two around it,
-/// and the configuration's costs the mean over its tasks, as the measured speedup is total tokens over the
-/// tasks' total time: when the machine changes phase during a configuration, a median would take one phase's
+/// and the configuration's costs their mean over the tasks weighted by each task's new tokens, as the measured
+/// speedup weighs them (total tokens over the tasks' total time; a task that ends early at its end-of-turn token
+/// counts for less): when the machine changes phase during a configuration, a median would take one phase's
 /// cost where the runs average both.
 struct CostSamples {
   std::map<std::size_t, std::vector<double>> verify;  // width -> seconds, in the order taken
   std::vector<double> draft;                          // seconds per draft step, in the order taken
+  std::vector<double> weights;                        // per task: its new tokens
 
-  /// The mean over the tasks of the mean of the samples on either side of each: v.size() - 1 tasks (a single
-  /// sample is its own mean).
-  static double mean(const std::vector<double>& v) {
+  /// The weighted mean over the tasks of the mean of the samples on either side of each (a single sample is its
+  /// own mean). requires: v.size() == weights.size() + 1, or fewer than 2 samples.
+  double mean(const std::vector<double>& v) const {
     if (v.size() < 2) return v.empty() ? 0.0 : v.front();
-    const double inner = std::accumulate(v.begin() + 1, v.end() - 1, 0.0);
-    return (inner + 0.5 * (v.front() + v.back())) / static_cast<double>(v.size() - 1);
+    double sum = 0.0, total = 0.0;
+    for (std::size_t i = 0; i + 1 < v.size(); ++i) {
+      const double w = i < weights.size() ? std::max(weights[i], 1.0) : 1.0;
+      sum += w * 0.5 * (v[i] + v[i + 1]);
+      total += w;
+    }
+    return sum / total;
   }
   std::map<std::size_t, double> verify_table() const {
     std::map<std::size_t, double> t;
@@ -415,18 +423,19 @@ void BM_Speculative(benchmark::State& state, const std::string& kind, const std:
   const std::size_t cost_repeats = 3;  // per sample: 6 tasks give 7 samples of 3 calls each
   for (auto _ : state) {
     with_draft(draft_name, [&](auto& draft) {
-      const auto sample_costs = [&] {
+      const auto sample_costs = [&](const Generation* task) {
+        if (task) costs.weights.push_back(static_cast<double>(task->stats.generated_tokens));
         const auto verify = median_forward_seconds(bench.target, bench.cost_context.at(kind), widths, [] {}, cost_repeats);
         for (std::size_t i = 0; i < widths.size(); ++i) costs.verify[widths[i]].push_back(verify[i]);
         costs.draft.push_back(draft_step_seconds(draft, kind, cost_repeats));
       };
       const auto go = [&](auto acceptance, auto length_policy) {
-        sample_costs();  // before the first task: every task then sits between two samples
+        sample_costs(nullptr);  // before the first task: every task then sits between two samples
         SpeculativeDecoder decoder(draft, bench.target, acceptance, length_policy);
         return run_tasks(kind, mode, [&](std::span<const Token> prompt, GenerateOptions options) {
           options.draft_length = k;
           return decoder.generate(prompt, options);
-        }, &plain, sample_costs);
+        }, &plain, [&](const Generation& g) { sample_costs(&g); });
       };
       if (mode == "sampled")
         totals = adaptive ? go(RejectionSampling{sampled_params()}, AdaptiveDraftLength{}) : go(RejectionSampling{sampled_params()}, FixedDraftLength{});
@@ -449,7 +458,7 @@ void BM_Speculative(benchmark::State& state, const std::string& kind, const std:
     return tau * t_v.at(1) / (steps * t_d + verify / rounds);
   };
   const auto t_v = costs.verify_table();
-  const double t_d = CostSamples::mean(costs.draft);
+  const double t_d = costs.mean(costs.draft);
   const double predicted = predict(t_v, t_d);
   state.counters["predicted_table"] = predict(bench.t_verify.at(kind), bench.t_draft.at(kind).at(draft_name));
   state.counters["t_ar"] = t_v.at(1);
@@ -473,7 +482,8 @@ void BM_Speculative(benchmark::State& state, const std::string& kind, const std:
           : 0.0;
   state.counters["c"] = t_d / t_v.at(1);
   state.counters["identical"] = mode == "sampled" ? -1.0 : (totals.outputs == bench.plain_tokens.at(key) ? 1.0 : 0.0);
-  for (std::size_t i = 0; i < totals.drafted_at.size(); ++i)
+  // Positions no round reached (0 of 0) get no counter: a 0 there would read as "always rejected".
+  for (std::size_t i = 0; i < totals.drafted_at.size() && totals.drafted_at[i] > 0; ++i)
     state.counters["acc" + std::to_string(i + 1)] =
         totals.drafted_at[i] ? static_cast<double>(totals.accepted_at[i]) / static_cast<double>(totals.drafted_at[i]) : 0.0;
   state.SetItemsProcessed(static_cast<std::int64_t>(totals.tokens));
@@ -674,7 +684,7 @@ int register_all() {
   if (!env("SPECDEC_BENCH_DRAFT_MODEL", "").empty()) drafts.push_back("model");
   std::vector<std::size_t> ks;
   for (const auto& k : split(env("SPECDEC_BENCH_KS", "1,2,3,4,5,6,7,8"))) ks.push_back(std::stoul(k));
-  const std::size_t max_k = *std::max_element(ks.begin(), ks.end());
+  if (ks.empty()) throw std::runtime_error("SPECDEC_BENCH_KS names no k");
 
   benchmark::RegisterBenchmark("BM_Cost/bandwidth", BM_CostBandwidth)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("BM_Cost/clock/start", BM_CostClock)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
@@ -685,6 +695,7 @@ int register_all() {
     std::vector<std::size_t> own;
     std::stringstream in(draft.substr(at + 1));
     for (std::string k; std::getline(in, k, '+');) own.push_back(std::stoul(k));
+    if (own.empty()) throw std::runtime_error("draft " + draft + " names no k after '@'");
     draft.resize(at);
     return own;
   };
@@ -693,6 +704,9 @@ int register_all() {
     auto own = ks_of(d);
     plan.emplace_back(d, own);
   }
+  // The cost table covers every k that any draft runs.
+  std::size_t max_k = *std::max_element(ks.begin(), ks.end());
+  for (const auto& [d, draft_ks] : plan) max_k = std::max(max_k, *std::max_element(draft_ks.begin(), draft_ks.end()));
   const auto kinds = split(env("SPECDEC_BENCH_KINDS", "grounded,chat,code"));
   const auto modes = split(env("SPECDEC_BENCH_MODES", "greedy,sampled"));
   for (const auto& kind : kinds) {
@@ -713,7 +727,9 @@ int register_all() {
         for (std::size_t k : draft_ks)
           benchmark::RegisterBenchmark((prefix + d + "/k" + std::to_string(k)).c_str(), BM_Speculative, kind, mode, d, k, false)
               ->Iterations(1)->UseManualTime()->Unit(benchmark::kSecond);
-        benchmark::RegisterBenchmark((prefix + d + "/adaptive").c_str(), BM_Speculative, kind, mode, d, max_k, true)
+        // Adaptive chooses up to the draft's largest k, as in BM_Interleaved.
+        const std::size_t draft_max_k = *std::max_element(draft_ks.begin(), draft_ks.end());
+        benchmark::RegisterBenchmark((prefix + d + "/adaptive").c_str(), BM_Speculative, kind, mode, d, draft_max_k, true)
             ->Iterations(1)->UseManualTime()->Unit(benchmark::kSecond);
       }
     }

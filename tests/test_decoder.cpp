@@ -162,6 +162,13 @@ TEST_CASE("rounds stay within both models' max_context: speculative decoding run
           CHECK(tokens_or_error([&] { return SpeculativeDecoder(lookup, target).generate(prompt, options); }) == plain);
         }
   CHECK(stopped_short > 0);
+
+  // A draft too small for the prompt sits out; the target's prompt processing is still timed as prefill.
+  CappedModel target{ToyModel(target_config()), 64}, tiny{ToyModel(target_config()), 2};
+  const auto sat_out = SpeculativeDecoder(tiny, target).generate(prompt, {.max_new_tokens = 4, .draft_length = 3});
+  CHECK(sat_out.stats.drafted_tokens == 0);
+  CHECK(sat_out.stats.prefill_seconds > 0.0);
+  CHECK(sat_out.tokens == generate_autoregressive(target, Greedy{}, prompt, {.max_new_tokens = 4}).tokens);
 }
 
 TEST_CASE("max_new_tokens is never exceeded", "[decoder]") {

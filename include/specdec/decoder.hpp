@@ -127,10 +127,11 @@ class SpeculativeDecoder {
     stats.reused_prompt_tokens = held;
     if (held < n - 1)
       target_.append(sequence.subspan(held, n - 1 - held), stats.target_seconds, stats.target_forward_calls);
-    if (room(n) == 0) return;  // a draft too small for the prompt sits out; every round then has k = 0
-    const std::size_t draft_held = draft_.sync(sequence, n - 1);
-    if (draft_held < n - 1)
-      draft_.append(sequence.subspan(draft_held, n - 1 - draft_held), stats.draft_seconds, stats.draft_forward_calls);
+    if (room(n) > 0) {  // else a draft too small for the prompt sits out: every round then has k = 0
+      const std::size_t draft_held = draft_.sync(sequence, n - 1);
+      if (draft_held < n - 1)
+        draft_.append(sequence.subspan(draft_held, n - 1 - draft_held), stats.draft_seconds, stats.draft_forward_calls);
+    }
     stats.prefill_seconds = stats.target_seconds + stats.draft_seconds - before;
   }
 

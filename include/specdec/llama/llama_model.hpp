@@ -122,7 +122,13 @@ class Transformer {
       if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= c.vocab)
         specdec::detail::fail("token id ", tokens[i], " at index ", i, " is outside the vocabulary of ", c.vocab,
                               " tokens");
-    logits_.resize(static_cast<Eigen::Index>(with_logits ? n : 0), static_cast<Eigen::Index>(c.vocab));
+    const auto rows = static_cast<Eigen::Index>(with_logits ? n : 0), cols = static_cast<Eigen::Index>(c.vocab);
+    if (logits_.size() == rows * cols) {
+      logits_.resize(rows, cols);  // no allocation
+    } else {  // not Eigen's resize, which frees the old buffer first and leaves a dangling one if allocation fails
+      Logits fresh(rows, cols);
+      logits_.swap(fresh);
+    }
     ++revision_;
     if (n == 0) return logits_;
     reserve(n);
