@@ -3,6 +3,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -25,21 +26,50 @@ void maybe_fail_allocation() {
 }
 }  // namespace
 
-void* operator new(std::size_t size) {
+// Every form is replaced, so that all of them allocate with malloc and free with free (under AddressSanitizer a
+// form left to the runtime, nothrow new say, would pair its own allocation with this file's delete).
+namespace {
+void* allocate(std::size_t size, std::size_t align) {
   maybe_fail_allocation();
-  if (void* p = std::malloc(size ? size : 1)) return p;
-  throw std::bad_alloc();
+  if (size == 0) size = 1;
+  void* p = align <= alignof(std::max_align_t) ? std::malloc(size) : std::aligned_alloc(align, (size + align - 1) / align * align);
+  if (!p) throw std::bad_alloc();
+  return p;
 }
-void* operator new(std::size_t size, std::align_val_t align) {
-  maybe_fail_allocation();
-  const auto a = static_cast<std::size_t>(align);
-  if (void* p = std::aligned_alloc(a, (size + a - 1) / a * a + (size == 0 ? a : 0))) return p;
-  throw std::bad_alloc();
+void* allocate_nothrow(std::size_t size, std::size_t align) noexcept {
+  try {
+    return allocate(size, align);
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+constexpr std::size_t plain_align = alignof(std::max_align_t);
+}  // namespace
+
+void* operator new(std::size_t size) { return allocate(size, plain_align); }
+void* operator new[](std::size_t size) { return allocate(size, plain_align); }
+void* operator new(std::size_t size, std::align_val_t a) { return allocate(size, static_cast<std::size_t>(a)); }
+void* operator new[](std::size_t size, std::align_val_t a) { return allocate(size, static_cast<std::size_t>(a)); }
+void* operator new(std::size_t size, const std::nothrow_t&) noexcept { return allocate_nothrow(size, plain_align); }
+void* operator new[](std::size_t size, const std::nothrow_t&) noexcept { return allocate_nothrow(size, plain_align); }
+void* operator new(std::size_t size, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return allocate_nothrow(size, static_cast<std::size_t>(a));
+}
+void* operator new[](std::size_t size, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return allocate_nothrow(size, static_cast<std::size_t>(a));
 }
 void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
 void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace {
 
