@@ -755,9 +755,16 @@ const int registered = register_all();
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  // The settings the report states, recorded with the results (make-report reads them from there).
+  benchmark::AddCustomContext("specdec_threads", env("SPECDEC_THREADS", "1"));
+  benchmark::AddCustomContext("specdec_format", env("SPECDEC_FORMAT", "quantized_dot"));
+  benchmark::AddCustomContext("specdec_kv_format", env("SPECDEC_KV_FORMAT", llama::to_string(llama::LoadOptions{}.kv_format)));
   try {
     Bench::get();
-    benchmark::RunSpecifiedBenchmarks();
+    if (benchmark::RunSpecifiedBenchmarks() == 0) {
+      std::fprintf(stderr, "bench_e2e: no benchmark matches the filter\n");
+      return 2;
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_e2e: %s\n", e.what());
     return 2;
