@@ -28,7 +28,6 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <stdexcept>
 #include <numeric>
 #include <cstdlib>
 #include <filesystem>
@@ -37,6 +36,7 @@
 #include <map>
 #include <memory>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -485,7 +485,7 @@ void BM_Speculative(benchmark::State& state, const std::string& kind, const std:
   // Positions no round reached (0 of 0) get no counter: a 0 there would read as "always rejected".
   for (std::size_t i = 0; i < totals.drafted_at.size() && totals.drafted_at[i] > 0; ++i)
     state.counters["acc" + std::to_string(i + 1)] =
-        totals.drafted_at[i] ? static_cast<double>(totals.accepted_at[i]) / static_cast<double>(totals.drafted_at[i]) : 0.0;
+        static_cast<double>(totals.accepted_at[i]) / static_cast<double>(totals.drafted_at[i]);
   state.SetItemsProcessed(static_cast<std::int64_t>(totals.tokens));
 }
 
@@ -755,12 +755,12 @@ const int registered = register_all();
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  // The settings the report states, recorded with the results (make-report reads them from there).
-  benchmark::AddCustomContext("specdec_threads", env("SPECDEC_THREADS", "1"));
-  benchmark::AddCustomContext("specdec_format", env("SPECDEC_FORMAT", "quantized_dot"));
-  benchmark::AddCustomContext("specdec_kv_format", env("SPECDEC_KV_FORMAT", llama::to_string(llama::LoadOptions{}.kv_format)));
   try {
-    Bench::get();
+    // The settings the report states, as the loaded target has them, recorded with the results.
+    const llama::LlamaModel& target = Bench::get().target;
+    benchmark::AddCustomContext("specdec_threads", std::to_string(target.pool()->threads()));
+    benchmark::AddCustomContext("specdec_format", std::string(llama::to_string(target.format())));
+    benchmark::AddCustomContext("specdec_kv_format", llama::to_string(target.kv_format()));
     if (benchmark::RunSpecifiedBenchmarks() == 0) {
       std::fprintf(stderr, "bench_e2e: no benchmark matches the filter\n");
       return 2;

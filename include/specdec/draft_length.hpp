@@ -299,8 +299,6 @@ class AdaptiveDraftLength {
     off_line_seen_[w] = true;
   }
   static double capped(double seconds, double estimate) { return std::min(seconds, 1.5 * estimate + 20e-6); }
-  /// P(L >= j).
-  double at_least(std::size_t j) const { return j == 0 ? 1.0 : continues(j - 1); }
   double verify_seconds_at(double width) const {
     const auto w = static_cast<std::size_t>(width);
     const double off = w < off_line_.size() && off_line_seen_[w] ? off_line_[w] : 0.0;

@@ -439,6 +439,17 @@ class File {
   std::unordered_map<std::string_view, std::size_t> tensor_index_;  // name (in the mapping) -> index
 };
 
+/// Returns f(); a specdec::Error it throws is thrown again with "<file name>: " in front. For checks of what was
+/// read from `file` made by code that does not know the file (a config's validation, a tokenizer's tables).
+template <class F>
+decltype(auto) naming_file(const File& file, F&& f) {
+  try {
+    return f();
+  } catch (const specdec::Error& e) {
+    specdec::detail::fail(file.name(), ": ", e.what());
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Parsing
 // ---------------------------------------------------------------------------------------------

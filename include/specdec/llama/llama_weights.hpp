@@ -69,11 +69,7 @@ struct LlamaConfig {
     } else if (const auto* embd = file.find_tensor("token_embd.weight"); embd && embd->dims.size() == 2) {
       c.vocab = embd->dims[1];
     }
-    try {
-      c.validate();
-    } catch (const specdec::Error& e) {
-      specdec::detail::fail(file.name(), ": ", e.what());
-    }
+    gguf::naming_file(file, [&] { c.validate(); });
     return c;
   }
 
@@ -140,11 +136,8 @@ class LlamaWeights {
   /// Throws specdec::Error on a missing tensor or a shape that does not match the config.
   static std::shared_ptr<const LlamaWeights> load(const gguf::File& file, WeightFormat format) {
     const LlamaConfig config = LlamaConfig::from_gguf(file);
-    try {
-      return load(config, [&](std::string_view name) { return file.find_tensor(name); }, format);
-    } catch (const specdec::Error& e) {
-      specdec::detail::fail(file.name(), ": ", e.what());
-    }
+    return gguf::naming_file(
+        file, [&] { return load(config, [&](std::string_view name) { return file.find_tensor(name); }, format); });
   }
 
   /// Loads from any tensor source (a GGUF file, or tensors built in memory by a test).

@@ -95,10 +95,12 @@ class Tokenizer {
     if (file.has("tokenizer.ggml.token_type")) {
       const auto types = file.get_int_array("tokenizer.ggml.token_type");
       v.types.reserve(types.size());
-      for (std::size_t i = 0; i < types.size(); ++i) {
-        check_token_type(i, types[i], file.name());  // before narrowing: 2^32 + 1 would pass as 1
-        v.types.push_back(static_cast<std::int32_t>(types[i]));
-      }
+      gguf::naming_file(file, [&] {
+        for (std::size_t i = 0; i < types.size(); ++i) {
+          check_token_type(i, types[i]);  // before narrowing: 2^32 + 1 would pass as 1
+          v.types.push_back(static_cast<std::int32_t>(types[i]));
+        }
+      });
     }
     v.merges = file.get_string_array("tokenizer.ggml.merges");
     const auto special_id = [&](std::string_view key) -> Token {
@@ -110,11 +112,7 @@ class Tokenizer {
     };
     v.bos = special_id("tokenizer.ggml.bos_token_id");
     v.eos = special_id("tokenizer.ggml.eos_token_id");
-    try {
-      return Tokenizer(std::move(v));
-    } catch (const specdec::Error& e) {
-      specdec::detail::fail(file.name(), ": ", e.what());
-    }
+    return gguf::naming_file(file, [&] { return Tokenizer(std::move(v)); });
   }
 
   /// Number of tokens in the vocabulary.
@@ -223,11 +221,10 @@ class Tokenizer {
     return static_cast<std::size_t>(t);
   }
 
-  /// A token type is 0 (undefined) or a TokenType. `file`: prefixed to the message when not empty.
-  static void check_token_type(std::size_t i, std::int64_t type, std::string_view file = {}) {
+  /// A token type is 0 (undefined) or a TokenType.
+  static void check_token_type(std::size_t i, std::int64_t type) {
     if (type < 0 || type > static_cast<std::int64_t>(TokenType::byte))
-      specdec::detail::fail(file, file.empty() ? "" : ": ", "tokenizer.ggml.token_type of token ", i, " is ", type,
-                            ", expected 0 to 6");
+      specdec::detail::fail("tokenizer.ggml.token_type of token ", i, " is ", type, ", expected 0 to 6");
   }
 
   void check_special_id(std::string_view what, Token t) const {
