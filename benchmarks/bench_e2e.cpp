@@ -18,7 +18,7 @@
 // times: plain decoding's mean forward as t_AR, the speculative rounds' mean draft + verify time), identical
 // (1 when every task's tokens equal plain decoding's; -1 where only the distribution is the same).
 //
-// Environment: SPECDEC_MODEL (GGUF path), SPECDEC_THREADS (1), SPECDEC_BENCH_TOKENS (128),
+// Environment: SPECDEC_MODEL (GGUF path), SPECDEC_THREADS (1), SPECDEC_BENCH_TOKENS (256),
 // SPECDEC_BENCH_KS ("1,2,3,4,5,6,7,8"), SPECDEC_BENCH_DRAFTS ("ngram,early-exit:4,early-exit:10"; a draft may
 // carry its own k list, "early-exit:6@1+2+4"),
 // SPECDEC_BENCH_MODES ("greedy,sampled"), SPECDEC_BENCH_KINDS ("grounded,chat,code"),
@@ -28,6 +28,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 #include <cstdlib>
 #include <filesystem>
@@ -107,7 +108,7 @@ struct Bench {
         tokenizer(llama::Tokenizer::from_gguf(file)),
         target(llama::LlamaWeights::load(file, format()), 4096,
                std::make_shared<llama::ThreadPool>(std::stoul(env("SPECDEC_THREADS", "1"))), kv_format()),
-        max_new_tokens(std::stoul(env("SPECDEC_BENCH_TOKENS", "128"))) {
+        max_new_tokens(std::stoul(env("SPECDEC_BENCH_TOKENS", "256"))) {
     if (const std::string path = env("SPECDEC_BENCH_DRAFT_MODEL", ""); !path.empty()) {
       const gguf::File draft_file = gguf::File::open(path);
       llama::check_same_vocabulary(llama::Tokenizer::from_gguf(draft_file), tokenizer);
@@ -117,13 +118,18 @@ struct Bench {
     const fs::path root = SPECDEC_SOURCE_DIR "/benchmarks/tasks";
     for (const std::string kind : {"grounded", "chat", "code"}) {
       std::vector<fs::path> files;
-      for (const auto& entry : fs::directory_iterator(root / kind)) files.push_back(entry.path());
+      for (const auto& entry : fs::directory_iterator(root / kind))
+        if (entry.path().extension() == ".txt") files.push_back(entry.path());
+      if (files.empty()) throw std::runtime_error("no task files (*.txt) in " + (root / kind).string());
       std::sort(files.begin(), files.end());
       for (const auto& path : files) {
         std::ifstream in(path);
         std::stringstream text;
         text << in.rdbuf();
-        const std::string prompt = kind == "code" ? text.str() : llama::Tokenizer::chat_prompt(text.str());
+        // Every task is a request in the chat template; the file's final newline is not part of it.
+        std::string request = text.str();
+        request.erase(request.find_last_not_of(" \t\r\n") + 1);
+        const std::string prompt = llama::Tokenizer::chat_prompt(request);
         tasks.push_back({kind, path.stem().string(), tokenizer.encode(prompt)});
         cost_context[kind] += tasks.back().prompt.size();
       }
@@ -352,6 +358,19 @@ Totals run_tasks(const std::string& kind, const std::string& mode, Generate&& ge
   return totals;
 }
 
+/// The share of an output's windows of 4 tokens that already occurred earlier in it: 0 for text that never
+/// repeats itself, near 1 for a loop (which any draft that copies earlier text predicts, so it inflates speedups).
+double repeated_4grams(const std::vector<Token>& tokens) {
+  if (tokens.size() < 4) return 0.0;
+  std::vector<std::array<Token, 4>> windows;
+  for (std::size_t i = 0; i + 4 <= tokens.size(); ++i)
+    windows.push_back({tokens[i], tokens[i + 1], tokens[i + 2], tokens[i + 3]});
+  const std::size_t total = windows.size();
+  std::sort(windows.begin(), windows.end());
+  const auto distinct = static_cast<std::size_t>(std::unique(windows.begin(), windows.end()) - windows.begin());
+  return static_cast<double>(total - distinct) / static_cast<double>(total);
+}
+
 /// The baseline every speedup divides by, so it is measured three times and the median run is kept.
 void BM_Plain(benchmark::State& state, const std::string& kind, const std::string& mode) {
   Bench& bench = Bench::get();
@@ -370,6 +389,17 @@ void BM_Plain(benchmark::State& state, const std::string& kind, const std::strin
   bench.plain_rate[kind + "/" + mode] = totals.rate();
   state.counters["tokens_per_second"] = totals.rate();
   state.counters["tokens"] = static_cast<double>(totals.tokens);
+  // What the tasks generate: new tokens per task and how much of each output repeats itself.
+  std::vector<double> lengths, repeats;
+  for (const auto& output : totals.outputs) {
+    lengths.push_back(static_cast<double>(output.size()));
+    repeats.push_back(repeated_4grams(output));
+  }
+  state.counters["task_tokens_min"] = *std::min_element(lengths.begin(), lengths.end());
+  state.counters["task_tokens_max"] = *std::max_element(lengths.begin(), lengths.end());
+  state.counters["task_tokens_mean"] = std::accumulate(lengths.begin(), lengths.end(), 0.0) / lengths.size();
+  state.counters["repeated_4grams_mean"] = std::accumulate(repeats.begin(), repeats.end(), 0.0) / repeats.size();
+  state.counters["repeated_4grams_max"] = *std::max_element(repeats.begin(), repeats.end());
   state.SetItemsProcessed(static_cast<std::int64_t>(totals.tokens));
 }
 
