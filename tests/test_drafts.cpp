@@ -191,6 +191,31 @@ TEST_CASE("adaptive draft length falls back to plain decoding when drafts are re
   CHECK(policy.rate(0) > policy.rate(1));
 }
 
+TEST_CASE("a probe capped to k = 0 does not make probes look cheap", "[draft_length]") {
+  // Near the end of the context the decoder may cap a probe round to k = 0: it drafts nothing and costs
+  // nothing. Learned as a cheap probe, it used to reset the doubled wait between dear probes to probe_interval.
+  for (const bool cap_one : {false, true}) {
+    AdaptiveDraftLength policy;
+    std::vector<int> probe_rounds;  // rounds that draft after a round that did not
+    std::size_t last_k = 1;
+    for (int round = 0; round < 1200; ++round) {
+      std::size_t k = policy.next({.draft_length = 6});
+      if (k > 0 && last_k == 0) {
+        probe_rounds.push_back(round);
+        if (cap_one && probe_rounds.size() == 3) k = 0;
+      }
+      last_k = k;
+      policy.observe({.requested = k, .drafted = k, .accepted = 0, .draft_steps = k,
+                      .draft_seconds = 0.3 * static_cast<double>(k), .verify_width = k + 1,
+                      .verify_seconds = 1.0 + 0.05 * static_cast<double>(k), .round_seconds = 1.0 + 0.4 * static_cast<double>(k)});
+    }
+    CAPTURE(cap_one, probe_rounds);
+    REQUIRE(probe_rounds.size() >= 6);
+    for (std::size_t i = 2; i < probe_rounds.size(); ++i)  // the wait never shrinks while probes stay dear
+      CHECK(probe_rounds[i] - probe_rounds[i - 1] >= probe_rounds[i - 1] - probe_rounds[i - 2]);
+  }
+}
+
 namespace {
 
 /// What a simulated round costs (in verify passes) and how many of its k proposals are accepted.

@@ -137,7 +137,9 @@ class AdaptiveDraftLength {
       return;
     }
     measured_ = true;
-    if (probing_) cheap_probes_ = report.draft_seconds < 0.05 * report.verify_seconds;
+    // A probe the decoder capped to k = 0 (the end of the context or of the output) drafted nothing and cost
+    // nothing: it says nothing about what a probe costs.
+    if (probing_ && report.requested > 0) cheap_probes_ = report.draft_seconds < 0.05 * report.verify_seconds;
     probing_ = false;
     if (report.draft_steps > 0)
       update(t_draft_, (report.draft_seconds - report.catch_up_seconds) / static_cast<double>(report.draft_steps),
