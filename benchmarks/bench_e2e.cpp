@@ -2,7 +2,7 @@
 // for each draft and draft length, greedy and sampled, plus the cost model's measurements.
 //
 //   BM_Cost/<kind>/target/w<w>   t_v(w): one target forward of w positions at the kind's mean decoding context
-//                                (mean prompt + half the new tokens); all widths are sampled in turn, so that
+//                                (mean prompt + half the token limit); all widths are sampled in turn, so that
 //                                their ratios do not absorb the machine's drift between them
 //   BM_Cost/<kind>/draft/<draft> t_d: one draft step at that context
 //   BM_Cost/clock/start, /end    the core clock (GHz) before and after all runs: how far the machine drifted
