@@ -30,6 +30,8 @@
 #include <algorithm>
 #include <array>
 #include <numeric>
+#include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -129,6 +131,7 @@ struct Bench {
         // Every task is a request in the chat template; the file's final newline is not part of it.
         std::string request = text.str();
         request.erase(request.find_last_not_of(" \t\r\n") + 1);
+        if (request.empty()) throw std::runtime_error("task file " + path.string() + " is empty");
         const std::string prompt = llama::Tokenizer::chat_prompt(request);
         tasks.push_back({kind, path.stem().string(), tokenizer.encode(prompt)});
         cost_context[kind] += tasks.back().prompt.size();
@@ -390,6 +393,7 @@ void BM_Plain(benchmark::State& state, const std::string& kind, const std::strin
   state.counters["tokens_per_second"] = totals.rate();
   state.counters["tokens"] = static_cast<double>(totals.tokens);
   // What the tasks generate: new tokens per task and how much of each output repeats itself.
+  if (totals.outputs.empty()) throw std::runtime_error("no tasks of kind " + kind);
   std::vector<double> lengths, repeats;
   for (const auto& output : totals.outputs) {
     lengths.push_back(static_cast<double>(output.size()));
@@ -707,13 +711,27 @@ void BM_Replay(benchmark::State& state, const std::string& kind, const std::stri
   state.counters["replay_adaptive_over_best"] = best > 0.0 ? adaptive / best : 0.0;
 }
 
+/// A draft length from a setting; `setting` names it in the error.
+std::size_t parse_k(const std::string& text, const std::string& setting) {
+  std::size_t used = 0;
+  std::size_t k = 0;
+  try {
+    k = std::stoul(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])))
+    throw std::runtime_error(setting + ": '" + text + "' is not a draft length");
+  return k;
+}
+
 /// Registers everything in the order it must run: costs, then per kind and mode the plain baseline first.
-int register_all() {
+int register_benchmarks() {
   const auto drafts_env = split(env("SPECDEC_BENCH_DRAFTS", "ngram,early-exit:4,early-exit:10"));
   std::vector<std::string> drafts = drafts_env;
   if (!env("SPECDEC_BENCH_DRAFT_MODEL", "").empty()) drafts.push_back("model");
   std::vector<std::size_t> ks;
-  for (const auto& k : split(env("SPECDEC_BENCH_KS", "1,2,3,4,5,6,7,8"))) ks.push_back(std::stoul(k));
+  for (const auto& k : split(env("SPECDEC_BENCH_KS", "1,2,3,4,5,6,7,8"))) ks.push_back(parse_k(k, "SPECDEC_BENCH_KS"));
   if (ks.empty()) throw std::runtime_error("SPECDEC_BENCH_KS names no k");
 
   benchmark::RegisterBenchmark("BM_Cost/bandwidth", BM_CostBandwidth)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
@@ -724,7 +742,7 @@ int register_all() {
     if (at == std::string::npos) return ks;
     std::vector<std::size_t> own;
     std::stringstream in(draft.substr(at + 1));
-    for (std::string k; std::getline(in, k, '+');) own.push_back(std::stoul(k));
+    for (std::string k; std::getline(in, k, '+');) own.push_back(parse_k(k, "draft " + draft));
     if (own.empty()) throw std::runtime_error("draft " + draft + " names no k after '@'");
     draft.resize(at);
     return own;
@@ -739,6 +757,12 @@ int register_all() {
   for (const auto& [d, draft_ks] : plan) max_k = std::max(max_k, *std::max_element(draft_ks.begin(), draft_ks.end()));
   const auto kinds = split(env("SPECDEC_BENCH_KINDS", "grounded,chat,code"));
   const auto modes = split(env("SPECDEC_BENCH_MODES", "greedy,sampled"));
+  for (const auto& kind : kinds)
+    if (kind != "grounded" && kind != "chat" && kind != "code")
+      throw std::runtime_error("SPECDEC_BENCH_KINDS: unknown task kind '" + kind + "' (the kinds: grounded, chat, code)");
+  for (const auto& mode : modes)
+    if (mode != "greedy" && mode != "sampled")
+      throw std::runtime_error("SPECDEC_BENCH_MODES: unknown mode '" + mode + "' (the modes: greedy, sampled)");
   for (const auto& kind : kinds) {
     for (std::size_t w = 1; w <= max_k + 1; ++w)
       benchmark::RegisterBenchmark(("BM_Cost/" + kind + "/target/w" + std::to_string(w)).c_str(), BM_CostTarget, kind, w,
@@ -777,6 +801,15 @@ int register_all() {
             ->Iterations(1)->UseManualTime()->Unit(benchmark::kSecond);
   benchmark::RegisterBenchmark("BM_Cost/clock/end", BM_CostClock)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
   return 0;
+}
+/// Registration runs before main(): a bad setting ends the program with its message here, not in std::terminate.
+int register_all() {
+  try {
+    return register_benchmarks();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_e2e: %s\n", e.what());
+    std::exit(2);
+  }
 }
 const int registered = register_all();
 

@@ -16,7 +16,8 @@ namespace specdec {
 
 /// What happened in one round, as the decoder measured it.
 struct RoundReport {
-  std::size_t requested = 0;     // the draft length next() asked for
+  std::size_t requested = 0;     // this round's draft length: next()'s answer, capped by the decoder to the
+                                 // output and context left (0: no drafting)
   std::size_t drafted = 0;       // proposals made (fewer when the draft stopped early or the budget ran out)
   std::size_t accepted = 0;      // proposals the target accepted
   std::size_t draft_steps = 0;   // draft forward calls made in the round
@@ -336,7 +337,7 @@ class AdaptiveDraftLength {
   std::size_t rounds_since_longer_ = 0;  // rounds at k > 0 since one was drafted one position longer
   bool probe_now_ = false;     // the next round at k = 0 probes (set when a generation starts)
   bool probing_ = false;       // the round under way is a probe
-  bool cheap_probes_ = false;  // the last probe's drafting cost under 5% of its verify pass
+  bool cheap_probes_ = false;  // the drafting of the last probe that drafted cost under 5% of its verify pass
 };
 
 static_assert(DraftLengthPolicy<FixedDraftLength>);
