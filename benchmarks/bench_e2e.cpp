@@ -450,6 +450,9 @@ struct CostSamples {
 void BM_Speculative(benchmark::State& state, const std::string& kind, const std::string& mode, const std::string& draft_name,
                     std::size_t k, bool adaptive) {
   Bench& bench = Bench::get();
+  // The 'from table' prediction reads the cost table (a filter may have left it out).
+  if (!bench.t_verify.count(kind) || !bench.t_draft.count(kind) || !bench.t_draft.at(kind).count(draft_name))
+    detail::fail("BM_E2E needs BM_Cost/", kind, "/target and BM_Cost/", kind, "/draft/", draft_name, " to run first");
   Totals totals, plain;
   CostSamples costs;
   std::vector<std::size_t> widths(k + 1);
