@@ -56,6 +56,9 @@ std::string env(const char* name, const std::string& fallback) {
   return value && *value ? value : fallback;
 }
 
+/// The task kinds: folders of benchmarks/tasks/, in the order they run.
+constexpr std::array<const char*, 3> kTaskKinds = {"grounded", "chat", "code"};
+
 std::vector<std::string> split(const std::string& text) {
   std::vector<std::string> out;
   std::stringstream in(text);
@@ -118,7 +121,7 @@ struct Bench {
                                                          4096, target.pool(), kv_format());
     }
     const fs::path root = SPECDEC_SOURCE_DIR "/benchmarks/tasks";
-    for (const std::string kind : {"grounded", "chat", "code"}) {
+    for (const std::string kind : kTaskKinds) {
       std::vector<fs::path> files;
       for (const auto& entry : fs::directory_iterator(root / kind))
         if (entry.path().extension() == ".txt") files.push_back(entry.path());
@@ -393,7 +396,6 @@ void BM_Plain(benchmark::State& state, const std::string& kind, const std::strin
   state.counters["tokens_per_second"] = totals.rate();
   state.counters["tokens"] = static_cast<double>(totals.tokens);
   // What the tasks generate: new tokens per task and how much of each output repeats itself.
-  if (totals.outputs.empty()) throw std::runtime_error("no tasks of kind " + kind);
   std::vector<double> lengths, repeats;
   for (const auto& output : totals.outputs) {
     lengths.push_back(static_cast<double>(output.size()));
@@ -728,6 +730,17 @@ std::size_t parse_k(const std::string& text, const std::string& setting) {
   return k;
 }
 
+/// Throws unless every item of a setting is one of `known`.
+void check_known(const std::vector<std::string>& items, const std::vector<std::string>& known, const std::string& setting,
+                 const std::string& what, const std::string& plural) {
+  for (const auto& item : items)
+    if (std::find(known.begin(), known.end(), item) == known.end()) {
+      std::string list;
+      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+      throw std::runtime_error(setting + ": unknown " + what + " '" + item + "' (the " + plural + ": " + list + ")");
+    }
+}
+
 /// Registers everything in the order it must run: costs, then per kind and mode the plain baseline first.
 int register_benchmarks() {
   const auto drafts_env = split(env("SPECDEC_BENCH_DRAFTS", "ngram,early-exit:4,early-exit:10"));
@@ -760,12 +773,8 @@ int register_benchmarks() {
   for (const auto& [d, draft_ks] : plan) max_k = std::max(max_k, *std::max_element(draft_ks.begin(), draft_ks.end()));
   const auto kinds = split(env("SPECDEC_BENCH_KINDS", "grounded,chat,code"));
   const auto modes = split(env("SPECDEC_BENCH_MODES", "greedy,sampled"));
-  for (const auto& kind : kinds)
-    if (kind != "grounded" && kind != "chat" && kind != "code")
-      throw std::runtime_error("SPECDEC_BENCH_KINDS: unknown task kind '" + kind + "' (the kinds: grounded, chat, code)");
-  for (const auto& mode : modes)
-    if (mode != "greedy" && mode != "sampled")
-      throw std::runtime_error("SPECDEC_BENCH_MODES: unknown mode '" + mode + "' (the modes: greedy, sampled)");
+  check_known(kinds, {kTaskKinds.begin(), kTaskKinds.end()}, "SPECDEC_BENCH_KINDS", "task kind", "kinds");
+  check_known(modes, {"greedy", "sampled"}, "SPECDEC_BENCH_MODES", "mode", "modes");
   for (const auto& kind : kinds) {
     for (std::size_t w = 1; w <= max_k + 1; ++w)
       benchmark::RegisterBenchmark(("BM_Cost/" + kind + "/target/w" + std::to_string(w)).c_str(), BM_CostTarget, kind, w,
