@@ -6,6 +6,8 @@
 //                                their ratios do not absorb the machine's drift between them
 //   BM_Cost/<kind>/draft/<draft> t_d: one draft step at that context
 //   BM_Cost/clock/start, /end    the core clock (GHz) before and after all runs: how far the machine drifted
+//   BM_Stages/<kind>             where a target forward of w positions spends its time at that context, by stage
+//                                (weight products of the blocks, attention, output head, the rest), w = 1..k+1
 //   BM_E2E/<kind>/<mode>/plain   plain decoding of every task of a kind (the baseline; runs first)
 //   BM_E2E/<kind>/<mode>/<draft>/k<k> and .../adaptive
 //
@@ -156,6 +158,20 @@ std::size_t sampled_seeds() {
 /// Cost samples per width for the cost table: SPECDEC_BENCH_REPEATS, default 15.
 std::size_t default_repeats() { return std::stoul(env("SPECDEC_BENCH_REPEATS", "15")); }
 
+/// Fills `model` with `context` tokens (the tasks' prompts, then newlines), without logits where the model can
+/// (append); returns them followed by `width` more tokens to time forward calls of up to `width` positions with.
+template <class M>
+std::vector<Token> fill_context(M& model, std::size_t context, std::size_t width) {
+  std::vector<Token> filler;
+  for (const auto& task : Bench::get().tasks) filler.insert(filler.end(), task.prompt.begin(), task.prompt.end());
+  filler.resize(context + width, 198);
+  model.truncate(0);
+  const std::span<const Token> prefix(filler.data(), context);
+  if constexpr (requires { model.append(prefix); }) model.append(prefix);
+  else model.forward(prefix);
+  return filler;
+}
+
 /// Median seconds of `forward(w tokens)` for each w in `widths` on a model holding `context` tokens, rolled back
 /// after each call; the widths are sampled in turn, so that the machine's drift cannot bend their ratios.
 /// `between()` runs untimed before each sample: for a draft, a target step, so that the draft finds the caches
@@ -169,15 +185,7 @@ std::size_t default_repeats() { return std::stoul(env("SPECDEC_BENCH_REPEATS", "
 template <class M, class Between>
 std::vector<double> median_forward_seconds(M& model, std::size_t context, const std::vector<std::size_t>& widths,
                                            Between&& between, std::size_t repeats = default_repeats()) {
-  const Bench& bench = Bench::get();
-  std::vector<Token> filler;
-  for (const auto& task : bench.tasks)
-    filler.insert(filler.end(), task.prompt.begin(), task.prompt.end());
-  filler.resize(context + *std::max_element(widths.begin(), widths.end()), 198);
-  model.truncate(0);
-  const std::span<const Token> prefix(filler.data(), context);
-  if constexpr (requires { model.append(prefix); }) model.append(prefix);
-  else model.forward(prefix);
+  const std::vector<Token> filler = fill_context(model, context, *std::max_element(widths.begin(), widths.end()));
   const auto step = [&](std::size_t width) {
     between();
     const auto start = detail::Clock::now();
@@ -251,6 +259,49 @@ void BM_CostTarget(benchmark::State& state, const std::string& kind, std::size_t
   state.counters["seconds"] = seconds;
   state.counters["width"] = static_cast<double>(width);
   state.counters["context"] = static_cast<double>(bench.cost_context.at(kind));
+}
+
+/// Where a target forward of w positions spends its time at the kind's cost context, for w = 1..max_width
+/// sampled in turn (llama::ForwardProfile): counters w<w>_<stage> in ms, each the median over the samples.
+void BM_Stages(benchmark::State& state, const std::string& kind, std::size_t max_width) {
+  Bench& bench = Bench::get();
+  const std::size_t context = bench.cost_context.at(kind);
+  using Stage = double llama::ForwardProfile::*;
+  const std::pair<const char*, Stage> stages[] = {{"block_products", &llama::ForwardProfile::block_products},
+                                                  {"attention", &llama::ForwardProfile::attention},
+                                                  {"output_head", &llama::ForwardProfile::output_head},
+                                                  {"other", &llama::ForwardProfile::other}};
+  std::vector<std::vector<llama::ForwardProfile>> samples(max_width + 1);
+  for (auto _ : state) {
+    const std::vector<Token> filler = fill_context(bench.target, context, max_width);
+    for (std::size_t r = 0; r < default_repeats(); ++r)
+      for (std::size_t w = 1; w <= max_width; ++w) {
+        llama::ForwardProfile profile;
+        bench.target.set_profile(&profile);
+        benchmark::DoNotOptimize(bench.target.forward(std::span<const Token>(filler.data() + context, w)).data());
+        bench.target.set_profile(nullptr);
+        bench.target.truncate(context);
+        samples[w].push_back(profile);
+      }
+    bench.target.truncate(0);
+  }
+  const auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  for (std::size_t w = 1; w <= max_width; ++w) {
+    const auto of = [&](auto&& get) {
+      std::vector<double> v;
+      for (const auto& p : samples[w]) v.push_back(get(p));
+      return median(std::move(v)) * 1e3;
+    };
+    const std::string prefix = "w" + std::to_string(w) + "_";
+    for (const auto& [name, stage] : stages)
+      state.counters[prefix + name] = of([stage](const llama::ForwardProfile& p) { return p.*stage; });
+    state.counters[prefix + "total"] = of([](const llama::ForwardProfile& p) { return p.total(); });
+  }
+  state.counters["context"] = static_cast<double>(context);
+  state.counters["max_width"] = static_cast<double>(max_width);
 }
 
 void BM_CostDraft(benchmark::State& state, const std::string& kind, const std::string& name) {
@@ -783,6 +834,8 @@ int register_benchmarks() {
     for (const auto& [d, draft_ks] : plan)
       benchmark::RegisterBenchmark(("BM_Cost/" + kind + "/draft/" + d).c_str(), BM_CostDraft, kind, d)
           ->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("BM_Stages/" + kind).c_str(), BM_Stages, kind, max_k + 1)
+        ->Iterations(1)->Unit(benchmark::kMillisecond);
   }
   for (const auto& kind : kinds)
     for (const auto& mode : modes) {

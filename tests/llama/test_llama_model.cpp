@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <new>
+#include <chrono>
 #include <random>
 #include <string>
 #include <thread>
@@ -455,6 +456,34 @@ TEST_CASE("revision() changes with every forward, append and truncate", "[llama]
   const auto d0 = draft.revision();
   draft.forward(random_tokens(1, 96, 3));
   CHECK(draft.revision() != d0);
+}
+
+TEST_CASE("a forward profile times the stages of later calls and changes no logit", "[llama]") {
+  const auto weights = tiny_weights(WeightFormat::quantized_dot);
+  const auto tokens = random_tokens(7, 96, 4);
+  LlamaModel plain(weights, 16, std::make_shared<ThreadPool>(2));
+  LlamaModel profiled(weights, 16, std::make_shared<ThreadPool>(2));
+  specdec::llama::ForwardProfile profile;
+  profiled.set_profile(&profile);
+  const auto start = std::chrono::steady_clock::now();
+  profiled.append(std::span(tokens).first(4));               // no output head
+  const auto& logits = profiled.forward(std::span(tokens).subspan(4));
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  plain.append(std::span(tokens).first(4));
+  const auto& expected = plain.forward(std::span(tokens).subspan(4));
+  REQUIRE(std::memcmp(logits.data(), expected.data(), expected.size() * sizeof(float)) == 0);
+  CHECK(profile.forwards == 2);
+  CHECK(profile.positions == 7);
+  CHECK(profile.block_products > 0);
+  CHECK(profile.attention > 0);
+  CHECK(profile.output_head > 0);
+  CHECK(profile.other > 0);
+  CHECK(profile.total() <= wall);
+  profiled.set_profile(nullptr);
+  const auto before = profile;
+  profiled.forward(std::span(tokens).first(1));
+  CHECK(profile.forwards == before.forwards);
+  CHECK(profile.total() == before.total());
 }
 
 TEST_CASE("bad hyperparameters are rejected with the file and the key named, before any large allocation",

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -63,9 +64,41 @@ struct LoadOptions {
   KvFormat kv_format = KvFormat::f16;             // the KV cache's element
 };
 
+/// Where forward calls spend their time, summed over the calls made while a model profiles into it
+/// (LlamaModel::set_profile): wall-clock seconds per stage. For finding what a verify pass of several positions
+/// costs beyond one of a single position; the clock reads add well under 1% to a forward.
+struct ForwardProfile {
+  double block_products = 0;  // the transformer blocks' weight products (Q/K/V, output, gate/up, down)
+  double attention = 0;       // scores, softmax and the weighted values, every layer
+  double output_head = 0;     // the final norm and the output head's product (logits)
+  double other = 0;           // embedding rows, norms, RoPE, KV cache stores, SwiGLU
+  std::size_t forwards = 0;   // forward calls profiled
+  std::size_t positions = 0;  // positions they computed
+
+  double total() const { return block_products + attention + output_head + other; }
+};
+
 namespace detail {
 
 /// The state of one running transformer: weights (shared), the first `layers` blocks, a KV cache, buffers.
+/// Adds the wall-clock time since its last mark to a stage of a ForwardProfile; does nothing without one.
+class StageClock {
+ public:
+  explicit StageClock(ForwardProfile* profile) : profile_(profile) {
+    if (profile_) last_ = std::chrono::steady_clock::now();
+  }
+  void mark(double ForwardProfile::*stage) {
+    if (!profile_) return;
+    const auto now = std::chrono::steady_clock::now();
+    profile_->*stage += std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+  }
+
+ private:
+  ForwardProfile* profile_;
+  std::chrono::steady_clock::time_point last_{};
+};
+
 class Transformer {
  public:
   Transformer(std::shared_ptr<const LlamaWeights> weights, std::size_t layers, std::size_t max_context,
@@ -108,6 +141,7 @@ class Transformer {
   }
   /// Changes with every forward and truncate (see specdec::HasRevision).
   std::uint64_t revision() const { return revision_; }
+  void set_profile(ForwardProfile* profile) { profile_ = profile; }
   const std::shared_ptr<const LlamaWeights>& weights() const { return weights_; }
   const std::shared_ptr<ThreadPool>& pool() const { return pool_; }
 
@@ -135,18 +169,22 @@ class Transformer {
     const std::size_t e = c.embedding;
     ThreadPool& pool = *pool_;
 
+    StageClock clock(profile_);
     // 1. Token embeddings.                                                         x: [n, embedding]
     for (std::size_t i = 0; i < n; ++i) weights_->token_embedding().row(static_cast<std::size_t>(tokens[i]), &x_[i * e]);
+    clock.mark(&ForwardProfile::other);
 
     // Only std::bad_alloc can throw below (a kernel's per-thread scratch growing): the layers that took the new
     // positions give them back, so the context is what it was before the call.
     try {
-      run_blocks(start, n, pool);
+      run_blocks(start, n, pool, clock);
       // 4. Final norm and output head.                                             logits: [n, vocab]
       if (with_logits) {
         rms_norm(x_.data(), weights_->output_norm().data(), h_.data(), n);
         matmul(MatmulOutput{&weights_->output(), logits_.data(), c.vocab, false}, h_.data(), e, n, pool);
+        clock.mark(&ForwardProfile::output_head);
       }
+      if (profile_) ++profile_->forwards, profile_->positions += n;
     } catch (...) {
       truncate(start);
       throw;
@@ -156,30 +194,40 @@ class Transformer {
 
  private:
   /// Runs the transformer blocks over the n positions at start.. held in x_, appending their keys and values.
-  void run_blocks(std::size_t start, std::size_t n, ThreadPool& pool) {
+  void run_blocks(std::size_t start, std::size_t n, ThreadPool& pool, StageClock& clock) {
     const LlamaConfig& c = config();
     const std::size_t e = c.embedding, qw = c.heads * c.head_dim, kw = c.kv_heads * c.head_dim;
+    constexpr auto products = &ForwardProfile::block_products, other = &ForwardProfile::other;
     for (std::size_t l = 0; l < layers_; ++l) {
       const LayerWeights& w = weights_->layer(l);
       // 2. Attention: norm, Q/K/V projections (K and V straight into the cache), RoPE, attention, Wo + residual.
       prefetch_kv(l, start, n);
       rms_norm(x_.data(), w.attn_norm.data(), h_.data(), n);
+      clock.mark(other);
       const MatmulOutput qkv[] = {{&w.q, q_.data(), qw, false}, {&w.k, k_.data(), kw, false}, {&w.v, v_.data(), kw, false}};
       matmul(qkv, h_.data(), e, n, pool);
+      clock.mark(products);
       rope(q_.data(), qw, c.heads, start, n);
       rope(k_.data(), kw, c.kv_heads, start, n);
       with_kv([&](auto& kv, auto& keys_t) {
         store_kv(kv, keys_t, l, start, n);
+        clock.mark(other);
         attention(kv, keys_t, l, start, n);
+        clock.mark(&ForwardProfile::attention);
       });
       matmul(MatmulOutput{&w.o, x_.data(), e, true}, attn_.data(), qw, n, pool);
+      clock.mark(products);
 
       // 3. MLP: norm, gate and up projections, SwiGLU, down projection + residual.
       rms_norm(x_.data(), w.ffn_norm.data(), h_.data(), n);
+      clock.mark(other);
       const MatmulOutput gate_up[] = {{&w.gate, gate_.data(), c.ffn, false}, {&w.up, up_.data(), c.ffn, false}};
       matmul(gate_up, h_.data(), e, n, pool);
+      clock.mark(products);
       swiglu(gate_.data(), up_.data(), n * c.ffn);
+      clock.mark(other);
       matmul(MatmulOutput{&w.down, x_.data(), e, true}, gate_.data(), c.ffn, n, pool);
+      clock.mark(products);
     }
   }
 
@@ -343,6 +391,7 @@ class Transformer {
   std::size_t score_stride_ = 0;  // blocks_·key_block
   std::vector<float> scores_;  // [threads, group, score_stride]: attention scratch per thread
   std::uint64_t revision_ = 0;  // see revision()
+  ForwardProfile* profile_ = nullptr;  // see set_profile()
   std::size_t capacity_ = 0;   // positions the buffers below hold
   std::vector<float> x_;       // [capacity, embedding]: the residual stream
   std::vector<float> h_;       // [capacity, embedding]: normed input of a block
@@ -399,6 +448,9 @@ class LlamaModel {
   const std::shared_ptr<ThreadPool>& pool() const { return state_.pool(); }
   /// Weight bytes a forward call streams (all layers and the output head).
   std::size_t weight_bytes_per_forward() const { return state_.weights()->bytes_per_forward(state_.layers()); }
+  /// Adds the time of every later forward and append, by stage, to *profile (not owned; it must outlive the
+  /// calls); nullptr stops. Results do not change.
+  void set_profile(ForwardProfile* profile) { state_.set_profile(profile); }
 
  private:
   detail::Transformer state_;
