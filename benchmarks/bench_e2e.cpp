@@ -262,7 +262,8 @@ void BM_CostTarget(benchmark::State& state, const std::string& kind, std::size_t
 }
 
 /// Where a target forward of w positions spends its time at the kind's cost context, for w = 1..max_width
-/// sampled in turn (llama::ForwardProfile): counters w<w>_<stage> in ms, each the median over the samples.
+/// sampled in turn (llama::ForwardProfile), w = 1 right after an untimed one-position forward as for t_AR:
+/// counters w<w>_<stage> in ms, each the median over the samples (so the stages need not add up to the total).
 void BM_Stages(benchmark::State& state, const std::string& kind, std::size_t max_width) {
   Bench& bench = Bench::get();
   const std::size_t context = bench.cost_context.at(kind);
@@ -276,6 +277,10 @@ void BM_Stages(benchmark::State& state, const std::string& kind, std::size_t max
     const std::vector<Token> filler = fill_context(bench.target, context, max_width);
     for (std::size_t r = 0; r < default_repeats(); ++r)
       for (std::size_t w = 1; w <= max_width; ++w) {
+        if (w == 1) {  // untimed, as for t_AR: a one-position pass follows a one-position pass
+          bench.target.forward(std::span<const Token>(filler.data() + context, 1));
+          bench.target.truncate(context);
+        }
         llama::ForwardProfile profile;
         bench.target.set_profile(&profile);
         benchmark::DoNotOptimize(bench.target.forward(std::span<const Token>(filler.data() + context, w)).data());

@@ -2,13 +2,13 @@
 // naive double-precision reference and for batch invariance, and the real SmolLM2 file end to end.
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <new>
-#include <chrono>
 #include <random>
 #include <string>
 #include <thread>
@@ -467,6 +467,11 @@ TEST_CASE("a forward profile times the stages of later calls and changes no logi
   profiled.set_profile(&profile);
   const auto start = std::chrono::steady_clock::now();
   profiled.append(std::span(tokens).first(4));               // no output head
+  CHECK(profile.forwards == 1);
+  CHECK(profile.positions == 4);
+  CHECK(profile.block_products > 0);
+  CHECK(profile.attention > 0);
+  CHECK(profile.output_head == 0);
   const auto& logits = profiled.forward(std::span(tokens).subspan(4));
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   plain.append(std::span(tokens).first(4));

@@ -65,22 +65,27 @@ struct LoadOptions {
 };
 
 /// Where forward calls spend their time, summed over the calls made while a model profiles into it
-/// (LlamaModel::set_profile): wall-clock seconds per stage. For finding what a verify pass of several positions
-/// costs beyond one of a single position; the clock reads add well under 1% to a forward.
+/// (LlamaModel::set_profile): wall-clock seconds per stage, from the call's first step after checking its
+/// tokens to its return. For finding what a verify pass of several positions costs beyond one of a single
+/// position. A call that throws or has no tokens adds nothing. Nine clock reads a layer.
 struct ForwardProfile {
   double block_products = 0;  // the transformer blocks' weight products (Q/K/V, output, gate/up, down)
   double attention = 0;       // scores, softmax and the weighted values, every layer
   double output_head = 0;     // the final norm and the output head's product (logits)
-  double other = 0;           // embedding rows, norms, RoPE, KV cache stores, SwiGLU
+  double other = 0;           // buffers for the call, embedding rows, norms, RoPE, KV cache stores, SwiGLU
   std::size_t forwards = 0;   // forward calls profiled
   std::size_t positions = 0;  // positions they computed
 
   double total() const { return block_products + attention + output_head + other; }
+  ForwardProfile& operator+=(const ForwardProfile& o) {
+    block_products += o.block_products, attention += o.attention, output_head += o.output_head, other += o.other;
+    forwards += o.forwards, positions += o.positions;
+    return *this;
+  }
 };
 
 namespace detail {
 
-/// The state of one running transformer: weights (shared), the first `layers` blocks, a KV cache, buffers.
 /// Adds the wall-clock time since its last mark to a stage of a ForwardProfile; does nothing without one.
 class StageClock {
  public:
@@ -99,6 +104,7 @@ class StageClock {
   std::chrono::steady_clock::time_point last_{};
 };
 
+/// The state of one running transformer: weights (shared), the first `layers` blocks, a KV cache, buffers.
 class Transformer {
  public:
   Transformer(std::shared_ptr<const LlamaWeights> weights, std::size_t layers, std::size_t max_context,
@@ -156,6 +162,8 @@ class Transformer {
       if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= c.vocab)
         specdec::detail::fail("token id ", tokens[i], " at index ", i, " is outside the vocabulary of ", c.vocab,
                               " tokens");
+    ForwardProfile call;  // this call's times, added to *profile_ if it returns with positions computed
+    StageClock clock(profile_ ? &call : nullptr);
     const auto rows = static_cast<Eigen::Index>(with_logits ? n : 0), cols = static_cast<Eigen::Index>(c.vocab);
     if (logits_.size() == rows * cols) {
       logits_.resize(rows, cols);  // no allocation
@@ -169,7 +177,6 @@ class Transformer {
     const std::size_t e = c.embedding;
     ThreadPool& pool = *pool_;
 
-    StageClock clock(profile_);
     // 1. Token embeddings.                                                         x: [n, embedding]
     for (std::size_t i = 0; i < n; ++i) weights_->token_embedding().row(static_cast<std::size_t>(tokens[i]), &x_[i * e]);
     clock.mark(&ForwardProfile::other);
@@ -184,10 +191,13 @@ class Transformer {
         matmul(MatmulOutput{&weights_->output(), logits_.data(), c.vocab, false}, h_.data(), e, n, pool);
         clock.mark(&ForwardProfile::output_head);
       }
-      if (profile_) ++profile_->forwards, profile_->positions += n;
     } catch (...) {
       truncate(start);
       throw;
+    }
+    if (profile_) {
+      call.forwards = 1, call.positions = n;
+      *profile_ += call;
     }
     return logits_;
   }
