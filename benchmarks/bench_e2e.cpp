@@ -172,6 +172,12 @@ std::vector<Token> fill_context(M& model, std::size_t context, std::size_t width
   return filler;
 }
 
+/// The median of some samples (the upper one of the middle two for an even count). requires: !v.empty().
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
 /// Median seconds of `forward(w tokens)` for each w in `widths` on a model holding `context` tokens, rolled back
 /// after each call; the widths are sampled in turn, so that the machine's drift cannot bend their ratios.
 /// `between()` runs untimed before each sample: for a draft, a target step, so that the draft finds the caches
@@ -202,10 +208,7 @@ std::vector<double> median_forward_seconds(M& model, std::size_t context, const 
     }
   model.truncate(0);
   std::vector<double> medians;
-  for (auto& v : samples) {
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    medians.push_back(v[v.size() / 2]);
-  }
+  for (auto& v : samples) medians.push_back(median(std::move(v)));
   return medians;
 }
 
@@ -290,10 +293,6 @@ void BM_Stages(benchmark::State& state, const std::string& kind, std::size_t max
       }
     bench.target.truncate(0);
   }
-  const auto median = [](std::vector<double> v) {
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    return v[v.size() / 2];
-  };
   for (std::size_t w = 1; w <= max_width; ++w) {
     const auto of = [&](auto&& get) {
       std::vector<double> v;
