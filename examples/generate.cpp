@@ -30,7 +30,7 @@ constexpr const char* kUsage = R"(usage: specdec-generate [options]
   --model PATH              GGUF model (default models/SmolLM2-135M-Instruct.Q4_1.gguf)
   --prompt TEXT             the prompt (default "The capital of France is")
   --chat                    wrap the prompt in the model's chat template
-  --draft KIND              none | ngram[:N] (N-gram prompt lookup, N up to 16, default 5) | early-exit:L |
+  --draft KIND              none | ngram[:N] (N-gram prompt lookup, N up to 16, default 16) | early-exit:L |
                             PATH of a second GGUF (default ngram)
   --k N                     draft length (default 4; with --adaptive, the largest allowed, default 8)
   --adaptive                choose the draft length each round (AdaptiveDraftLength)

@@ -1,9 +1,12 @@
 // PromptLookupDraft and the draft-length policies.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <random>
+#include <utility>
 
 #include <specdec/specdec.hpp>
 
@@ -33,6 +36,33 @@ TEST_CASE("prompt lookup proposes what followed the most recent earlier occurren
   CHECK(row(5) == PromptLookupDraft::kMissing);
 }
 
+TEST_CASE("prompt lookup's one-pass search finds the longest match, the most recent among equals", "[drafts]") {
+  // Against the plain definition: for n from the largest possible down to min, the most recent earlier
+  // occurrence of the last n tokens that some token follows.
+  const auto reference = [](const std::vector<Token>& c, std::size_t max_n, std::size_t min_n) {
+    const std::size_t length = c.size();
+    for (std::size_t n = std::min(max_n, length > 0 ? length - 1 : 0); n >= min_n && n > 0; --n)
+      for (std::size_t start = length - n; start-- > 0;)
+        if (std::equal(c.end() - static_cast<std::ptrdiff_t>(n), c.end(), c.begin() + static_cast<std::ptrdiff_t>(start)))
+          return std::pair<std::optional<Token>, std::size_t>{c[start + n], n};
+    return std::pair<std::optional<Token>, std::size_t>{std::nullopt, 0};
+  };
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 400; ++trial) {
+    const auto vocab = static_cast<Token>(2 + trial % 4);
+    const std::size_t max_n = 1 + static_cast<std::size_t>(trial % 7), min_n = 1 + static_cast<std::size_t>(trial % 3) % max_n;
+    PromptLookupDraft draft(static_cast<std::size_t>(vocab), max_n, min_n);
+    std::vector<Token> context;
+    const std::size_t size = static_cast<std::size_t>(rng() % 40);
+    for (std::size_t i = 0; i < size; ++i) {
+      context.push_back(static_cast<Token>(rng() % static_cast<unsigned>(vocab)));
+      draft.append(std::vector<Token>{context.back()});
+      INFO("trial " << trial << ", " << context.size() << " tokens, n-grams " << min_n << ".." << max_n);
+      CHECK(draft.lookup_match() == reference(context, max_n, min_n));
+    }
+  }
+}
+
 TEST_CASE("prompt lookup speeds up a repetitive continuation and keeps greedy output exact", "[drafts]") {
   const ToyModelConfig cfg{.vocab = 12, .window = 2, .seed = 4, .scale = 4.0f};
   ToyModel target(cfg);
@@ -47,17 +77,21 @@ TEST_CASE("prompt lookup speeds up a repetitive continuation and keeps greedy ou
 }
 
 TEST_CASE("prompt lookup's round budget follows the length of the match behind its proposal", "[drafts]") {
-  PromptLookupDraft draft(20);  // default budgets: 2 after a 1-token match, 4 after a 2-token match
+  PromptLookupDraft draft(20);  // default budgets: 1, 2, 4 and 6 after a 1-, 2-, 3- and 4-token match
   draft.forward(std::vector<Token>{7, 1, 9, 1});  // "1" matched, followed by 9
   CHECK(draft.match_length() == 1);
-  CHECK(draft.draft_budget() == 2);
+  CHECK(draft.draft_budget() == 1);
   draft.truncate(0);
   draft.forward(std::vector<Token>{7, 1, 9, 6, 1, 9});  // "1 9" matched
   CHECK(draft.match_length() == 2);
-  CHECK(draft.draft_budget() == 4);
+  CHECK(draft.draft_budget() == 2);
   draft.truncate(0);
-  draft.forward(std::vector<Token>{5, 7, 1, 9, 6, 5, 7, 1, 9});  // a 4-token match: no cap
+  draft.forward(std::vector<Token>{5, 7, 1, 9, 6, 5, 7, 1, 9});  // a 4-token match
   CHECK(draft.match_length() == 4);
+  CHECK(draft.draft_budget() == 6);
+  draft.truncate(0);
+  draft.forward(std::vector<Token>{3, 5, 7, 1, 9, 6, 3, 5, 7, 1, 9});  // a 5-token match: no cap
+  CHECK(draft.match_length() == 5);
   CHECK(draft.draft_budget() == std::numeric_limits<std::size_t>::max());
   draft.truncate(0);
   draft.forward(std::vector<Token>{1, 2, 3});
