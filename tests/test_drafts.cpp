@@ -77,10 +77,10 @@ TEST_CASE("prompt lookup speeds up a repetitive continuation and keeps greedy ou
 }
 
 TEST_CASE("prompt lookup's round budget follows the length of the match behind its proposal", "[drafts]") {
-  PromptLookupDraft draft(20);  // default budgets: 1, 2, 4 and 6 after a 1-, 2-, 3- and 4-token match
+  PromptLookupDraft draft(20);  // default budgets: 2, 2, 3 and 4 after a 1-, 2-, 3- and 4-token match
   draft.forward(std::vector<Token>{7, 1, 9, 1});  // "1" matched, followed by 9
   CHECK(draft.match_length() == 1);
-  CHECK(draft.draft_budget() == 1);
+  CHECK(draft.draft_budget() == 2);
   draft.truncate(0);
   draft.forward(std::vector<Token>{7, 1, 9, 6, 1, 9});  // "1 9" matched
   CHECK(draft.match_length() == 2);
@@ -88,7 +88,7 @@ TEST_CASE("prompt lookup's round budget follows the length of the match behind i
   draft.truncate(0);
   draft.forward(std::vector<Token>{5, 7, 1, 9, 6, 5, 7, 1, 9});  // a 4-token match
   CHECK(draft.match_length() == 4);
-  CHECK(draft.draft_budget() == 6);
+  CHECK(draft.draft_budget() == 4);
   draft.truncate(0);
   draft.forward(std::vector<Token>{3, 5, 7, 1, 9, 6, 3, 5, 7, 1, 9});  // a 5-token match: no cap
   CHECK(draft.match_length() == 5);

@@ -27,15 +27,16 @@ namespace specdec {
 /// long one is usually a copied span. On the benchmark's greedy outputs (prompt lookup at every position of
 /// them), the first proposal after a 1-token match was right 31% of the time and the fourth 13%; after a
 /// 3-token match 68% and 44%; after a 5-token or longer one 90% and 64%. So: short rounds after short matches,
-/// long ones after long matches. The defaults, 1, 2, 4 and 6 tokens after 1- to 4-token matches with matches
-/// of up to 16 tokens, replayed against the report's cost table, beat the earlier 2 and 4 tokens with matches
-/// of up to 5 on every task kind and every k from 2 to 8 (see README).
+/// long ones after long matches. The defaults, 2, 2, 3 and 4 tokens after 1- to 4-token matches with matches
+/// of up to 16 tokens, replayed against the cost tables of two reports, were no worse than the earlier 2 and 4
+/// tokens after 1- and 2-token matches (matches of up to 5) on any task kind, and better on grounded tasks
+/// (see README).
 class PromptLookupDraft {
  public:
   static constexpr float kMissing = -1e30f;
 
-  /// Default round budgets by match length: 1, 2, 4 and 6 tokens after a match of 1, 2, 3 and 4 tokens.
-  static constexpr std::array<std::size_t, 4> kDefaultBudget = {1, 2, 4, 6};
+  /// Default round budgets by match length: 2, 2, 3 and 4 tokens after a match of 1, 2, 3 and 4 tokens.
+  static constexpr std::array<std::size_t, 4> kDefaultBudget = {2, 2, 3, 4};
   static constexpr std::size_t kDefaultMaxNgram = 16;
 
   /// requires: vocab > 0, 1 <= min_ngram <= max_ngram. `budget`: see draft_budget(); empty = no cap.
