@@ -484,11 +484,23 @@ TEST_CASE("a forward profile times the stages of later calls and changes no logi
   CHECK(profile.output_head > 0);
   CHECK(profile.other > 0);
   CHECK(profile.total() <= wall);
-  profiled.set_profile(nullptr);
   const auto before = profile;
+  LlamaModel copy = profiled;  // a copy profiles nothing
+  copy.forward(std::span(tokens).first(1));
+  CHECK(profile.forwards == before.forwards);
+  CHECK(profile.total() == before.total());
+  LlamaModel moved = std::move(copy);
+  moved.forward(std::span(tokens).first(1));
+  CHECK(profile.forwards == before.forwards);
+  profiled.set_profile(nullptr);
   profiled.forward(std::span(tokens).first(1));
   CHECK(profile.forwards == before.forwards);
   CHECK(profile.total() == before.total());
+  LlamaModel moved_profiled = std::move(profiled);  // a move keeps the profile
+  moved_profiled.set_profile(&profile);
+  LlamaModel carried = std::move(moved_profiled);
+  carried.forward(std::span(tokens).first(1));
+  CHECK(profile.forwards == before.forwards + 1);
 }
 
 TEST_CASE("bad hyperparameters are rejected with the file and the key named, before any large allocation",

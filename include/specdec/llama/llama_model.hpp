@@ -147,7 +147,7 @@ class Transformer {
   }
   /// Changes with every forward and truncate (see specdec::HasRevision).
   std::uint64_t revision() const { return revision_; }
-  void set_profile(ForwardProfile* profile) { profile_ = profile; }
+  void set_profile(ForwardProfile* profile) { profile_.target = profile; }
   const std::shared_ptr<const LlamaWeights>& weights() const { return weights_; }
   const std::shared_ptr<ThreadPool>& pool() const { return pool_; }
 
@@ -162,8 +162,8 @@ class Transformer {
       if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= c.vocab)
         specdec::detail::fail("token id ", tokens[i], " at index ", i, " is outside the vocabulary of ", c.vocab,
                               " tokens");
-    ForwardProfile call;  // this call's times, added to *profile_ if it returns with positions computed
-    StageClock clock(profile_ ? &call : nullptr);
+    ForwardProfile call;  // this call's times, added to the profile if it returns with positions computed
+    StageClock clock(profile_.target ? &call : nullptr);
     const auto rows = static_cast<Eigen::Index>(with_logits ? n : 0), cols = static_cast<Eigen::Index>(c.vocab);
     if (logits_.size() == rows * cols) {
       logits_.resize(rows, cols);  // no allocation
@@ -195,9 +195,9 @@ class Transformer {
       truncate(start);
       throw;
     }
-    if (profile_) {
+    if (profile_.target) {
       call.forwards = 1, call.positions = n;
-      *profile_ += call;
+      *profile_.target += call;
     }
     return logits_;
   }
@@ -401,7 +401,16 @@ class Transformer {
   std::size_t score_stride_ = 0;  // blocks_·key_block
   std::vector<float> scores_;  // [threads, group, score_stride]: attention scratch per thread
   std::uint64_t revision_ = 0;  // see revision()
-  ForwardProfile* profile_ = nullptr;  // see set_profile()
+  // See set_profile(). A copy of the model starts without one: two models adding to one profile would mix
+  // their times (and race, on two threads). A move keeps it.
+  struct ProfileLink {
+    ForwardProfile* target = nullptr;
+    ProfileLink() = default;
+    ProfileLink(const ProfileLink&) noexcept {}
+    ProfileLink(ProfileLink&& other) noexcept : target(other.target) {}
+    ProfileLink& operator=(const ProfileLink&) noexcept { return target = nullptr, *this; }
+    ProfileLink& operator=(ProfileLink&& other) noexcept { return target = other.target, *this; }
+  } profile_;
   std::size_t capacity_ = 0;   // positions the buffers below hold
   std::vector<float> x_;       // [capacity, embedding]: the residual stream
   std::vector<float> h_;       // [capacity, embedding]: normed input of a block
@@ -459,7 +468,7 @@ class LlamaModel {
   /// Weight bytes a forward call streams (all layers and the output head).
   std::size_t weight_bytes_per_forward() const { return state_.weights()->bytes_per_forward(state_.layers()); }
   /// Adds the time of every later forward and append, by stage, to *profile (not owned; it must outlive the
-  /// calls); nullptr stops. Results do not change.
+  /// calls); nullptr stops. Results do not change. A copy of the model does not profile (a move does).
   void set_profile(ForwardProfile* profile) { state_.set_profile(profile); }
 
  private:
