@@ -726,7 +726,8 @@ struct VirtualTime {
 /// Greedy prompt lookup replayed on the recorded plain greedy outputs of a task kind, in virtual time from the
 /// cost table (BM_Cost): speedup of each fixed k and of the adaptive draft length over plain decoding (one
 /// t_v(1) per token). Deterministic: the same tasks and costs give the same numbers, whatever the machine is
-/// doing. Counters: replay_k<k>, replay_adaptive, replay_adaptive_over_best. Draft steps cost t_d; catching up
+/// doing. Counters: replay_k<k>, replay_adaptive, replay_adaptive_over_best; for prompt lookup ("ngram") also the
+/// best fixed k without a round budget and with the earlier one, budget_{none,earlier}_best{,_k}. Draft steps cost t_d; catching up
 /// and the time outside the model calls are left out (both under 1% of a round for prompt lookup here).
 void BM_Replay(benchmark::State& state, const std::string& kind, const std::string& draft_name,
                const std::vector<std::size_t>& ks) {
@@ -740,35 +741,54 @@ void BM_Replay(benchmark::State& state, const std::string& kind, const std::stri
   const double t_d = bench.t_draft.at(kind).at(draft_name);
   std::map<std::size_t, double> speedup;  // k -> speedup of the fixed draft length
   double adaptive = 0.0;
+  // Prompt lookup's round budget (draft_budget()) against none and against the one used until 2026-12-01 (2 and 4
+  // tokens after 1- and 2-token matches, matches of up to 5 tokens): label -> (longest match, budget).
+  const std::map<std::string, std::pair<std::size_t, std::vector<std::size_t>>> budget_variants = {
+      {"budget_none", {PromptLookupDraft::kDefaultMaxNgram, {}}}, {"budget_earlier", {5, {2, 4}}}};
+  std::map<std::string, std::pair<std::size_t, double>> variant_best;  // label -> (best fixed k, its speedup)
   for (auto _ : state) {
-    const auto replay = [&](auto policy, std::size_t k) {
+    const auto replay_with = [&](auto& draft, auto policy, std::size_t k) {
       ReplayTarget target(bench.target.vocab_size());
       double clock = 0.0;
       std::size_t tokens = 0, task_index = 0;
-      with_draft(draft_name, [&](auto& draft) {
-        SpeculativeDecoder decoder(draft, target, Greedy{}, VirtualTime<decltype(policy)>{policy, &t_v, t_d, &clock});
-        for (const auto& task : bench.tasks) {
-          if (task.kind != kind) continue;
-          const auto& output = outputs.at(task_index++);
-          std::vector<Token> text = task.prompt;
-          text.insert(text.end(), output.begin(), output.end());
-          target.load(text);
-          draft.truncate(0);
-          const auto g = decoder.generate(task.prompt, {.max_new_tokens = output.size(), .draft_length = k});
-          if (g.tokens != output) detail::fail("replay of ", task.name, " did not reproduce its greedy output");
-          tokens += g.tokens.size();
-        }
-      });
+      SpeculativeDecoder decoder(draft, target, Greedy{}, VirtualTime<decltype(policy)>{policy, &t_v, t_d, &clock});
+      for (const auto& task : bench.tasks) {
+        if (task.kind != kind) continue;
+        const auto& output = outputs.at(task_index++);
+        std::vector<Token> text = task.prompt;
+        text.insert(text.end(), output.begin(), output.end());
+        target.load(text);
+        draft.truncate(0);
+        const auto g = decoder.generate(task.prompt, {.max_new_tokens = output.size(), .draft_length = k});
+        if (g.tokens != output) detail::fail("replay of ", task.name, " did not reproduce its greedy output");
+        tokens += g.tokens.size();
+      }
       return clock > 0.0 ? static_cast<double>(tokens) * t_v.at(1) / clock : 0.0;
+    };
+    const auto replay = [&](auto policy, std::size_t k) {
+      double result = 0.0;
+      with_draft(draft_name, [&](auto& draft) { result = replay_with(draft, policy, k); });
+      return result;
     };
     for (std::size_t k : ks) speedup[k] = replay(FixedDraftLength{}, k);
     adaptive = replay(AdaptiveDraftLength{}, *std::max_element(ks.begin(), ks.end()));
+    if (draft_name == "ngram")
+      for (const auto& [label, variant] : budget_variants)
+        for (std::size_t k : ks) {
+          PromptLookupDraft draft(bench.target.vocab_size(), variant.first, 1, variant.second);
+          const double s = replay_with(draft, FixedDraftLength{}, k);
+          if (s > variant_best[label].second) variant_best[label] = {k, s};
+        }
     state.SetIterationTime(1e-3);
   }
   double best = 0.0;
   for (const auto& [k, s] : speedup) state.counters["replay_k" + std::to_string(k)] = s, best = std::max(best, s);
   state.counters["replay_adaptive"] = adaptive;
   state.counters["replay_adaptive_over_best"] = best > 0.0 ? adaptive / best : 0.0;
+  for (const auto& [label, kb] : variant_best) {
+    state.counters[label + "_best_k"] = static_cast<double>(kb.first);
+    state.counters[label + "_best"] = kb.second;
+  }
 }
 
 /// A draft length from a setting; `setting` names it in the error.
