@@ -47,6 +47,7 @@ TEST_CASE("prompt lookup's one-pass search finds the longest match, the most rec
           return std::pair<std::optional<Token>, std::size_t>{c[start + n], n};
     return std::pair<std::optional<Token>, std::size_t>{std::nullopt, 0};
   };
+  CHECK(PromptLookupDraft(4).lookup_match() == reference({}, 16, 1));  // an empty context matches nothing
   std::mt19937 rng(11);
   for (int trial = 0; trial < 400; ++trial) {
     const auto vocab = static_cast<Token>(2 + trial % 4);
