@@ -496,11 +496,19 @@ TEST_CASE("a forward profile times the stages of later calls and changes no logi
   profiled.forward(std::span(tokens).first(1));
   CHECK(profile.forwards == before.forwards);
   CHECK(profile.total() == before.total());
-  LlamaModel moved_profiled = std::move(profiled);  // a move keeps the profile
-  moved_profiled.set_profile(&profile);
-  LlamaModel carried = std::move(moved_profiled);
+  profiled.set_profile(&profile);
+  LlamaModel carried = std::move(profiled);  // a move takes the profile over
   carried.forward(std::span(tokens).first(1));
   CHECK(profile.forwards == before.forwards + 1);
+  LlamaModel assigned(weights, 16, std::make_shared<ThreadPool>(1));
+  assigned = carried;  // an assigned copy profiles nothing
+  assigned.truncate(0);
+  assigned.forward(std::span(tokens).first(1));
+  CHECK(profile.forwards == before.forwards + 1);
+  assigned = std::move(carried);  // a model moved in brings its profile
+  assigned.truncate(0);
+  assigned.forward(std::span(tokens).first(1));
+  CHECK(profile.forwards == before.forwards + 2);
 }
 
 TEST_CASE("bad hyperparameters are rejected with the file and the key named, before any large allocation",

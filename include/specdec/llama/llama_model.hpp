@@ -27,6 +27,7 @@
 #include <span>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "specdec/error.hpp"
@@ -401,15 +402,19 @@ class Transformer {
   std::size_t score_stride_ = 0;  // blocks_·key_block
   std::vector<float> scores_;  // [threads, group, score_stride]: attention scratch per thread
   std::uint64_t revision_ = 0;  // see revision()
-  // See set_profile(). A copy of the model starts without one: two models adding to one profile would mix
-  // their times (and race, on two threads). A move keeps it.
+  // See set_profile(). A copy of the model, made or assigned, profiles nothing: two models adding to one
+  // profile would mix their times (and race, on two threads). A move, made or assigned, takes the profile
+  // over from its source.
   struct ProfileLink {
     ForwardProfile* target = nullptr;
     ProfileLink() = default;
     ProfileLink(const ProfileLink&) noexcept {}
-    ProfileLink(ProfileLink&& other) noexcept : target(other.target) {}
+    ProfileLink(ProfileLink&& other) noexcept : target(std::exchange(other.target, nullptr)) {}
     ProfileLink& operator=(const ProfileLink&) noexcept { return target = nullptr, *this; }
-    ProfileLink& operator=(ProfileLink&& other) noexcept { return target = other.target, *this; }
+    ProfileLink& operator=(ProfileLink&& other) noexcept {
+      if (this != &other) target = std::exchange(other.target, nullptr);
+      return *this;
+    }
   } profile_;
   std::size_t capacity_ = 0;   // positions the buffers below hold
   std::vector<float> x_;       // [capacity, embedding]: the residual stream
@@ -468,7 +473,8 @@ class LlamaModel {
   /// Weight bytes a forward call streams (all layers and the output head).
   std::size_t weight_bytes_per_forward() const { return state_.weights()->bytes_per_forward(state_.layers()); }
   /// Adds the time of every later forward and append, by stage, to *profile (not owned; it must outlive the
-  /// calls); nullptr stops. Results do not change. A copy of the model does not profile (a move does).
+  /// calls); nullptr stops. Results do not change. A copy of the model, made or assigned, does not profile; a move
+  /// takes the profile over.
   void set_profile(ForwardProfile* profile) { state_.set_profile(profile); }
 
  private:
