@@ -17,10 +17,10 @@
 namespace specdec {
 
 /// Proposes what followed the earlier occurrence of the context's last n tokens with the largest n (up to
-/// max_ngram, at least min_ngram), the most recent one among equally long matches. Its logits row is one-hot on the proposal
-/// (0 for the proposal, -1e30 elsewhere: finite, and exactly one-hot after any temperature); with no match the
-/// row is flat (all zeros), which ends the round's drafting. Strong on input-grounded tasks (summaries, edits,
-/// extraction), where the output repeats spans of the prompt.
+/// max_ngram, at least min_ngram), the most recent one among equally long matches. Its logits row is one-hot on
+/// the proposal (0 for the proposal, -1e30 elsewhere: finite, and exactly one-hot after any temperature); with no
+/// match the row is flat (all zeros), which ends the round's drafting. Strong on input-grounded tasks (summaries,
+/// edits, extraction), where the output repeats spans of the prompt.
 ///
 /// draft_budget() (see HasDraftBudget) caps a round by the length of the match behind its first proposal:
 /// `budget[n - 1]` tokens for an n-token match, unlimited past the table. A one-token match is a guess and a
