@@ -15,7 +15,12 @@
 // drifts by 2x over minutes, so a floor measured once for the whole run says little about a benchmark run
 // minutes later.
 // BM_MemoryBandwidth: read bandwidth of a 256 MB sum, best of 3. BM_FmaPeak: 16-lane FMAs per second with
-// every thread issuing independent FMAs from registers.
+// every thread issuing independent FMAs from registers. BM_VnniPeak: the same for vpdpbusd (64 byte products).
+// BM_BlockProducts_{streamed,cached}/<n>: the transformer blocks' weight products alone (quantized_dot, the four
+// matmul calls of each layer in the forward's order, random inputs), n positions: `streamed` over the 30
+// layers' weights as a forward reads them, `cached` over layer 0's weights 30 times (2.2 MB, held in L2 and
+// L3). The difference is what fetching the weights adds to the arithmetic; vnni_fraction is the arithmetic's
+// rate against BM_VnniPeak (one vpdpbusd per 64 multiply-adds).
 // On a shared machine run with --benchmark_repetitions=5.
 #include <benchmark/benchmark.h>
 
@@ -30,6 +35,7 @@
 #include <vector>
 
 #include "specdec/llama/llama_model.hpp"
+#include "specdec/llama/matmul.hpp"
 
 namespace {
 
@@ -83,43 +89,66 @@ double read_bandwidth() {
   return best;
 }
 
-/// 16-lane float multiply-adds per second with every thread of the pool issuing 12 independent FMA chains
-/// from registers for about 50 ms, best of 3: the machine's compute peak for the float kernels. 0 without
-/// AVX-512.
-double measure_fma_peak() {
-#if defined(__AVX512F__) && defined(__GNUC__)
+/// Instructions per second with every thread of the pool running `kernel(loops)`, which issues 12 independent
+/// instructions a loop from registers, for about 50 ms, best of 3.
+template <class Kernel>
+double issue_rate(Kernel kernel) {
   auto& pool = *shared_pool();
-  constexpr long loops = 15'000'000;  // 12 FMAs each
+  constexpr long loops = 15'000'000;
   double best = 0.0;
   for (int rep = 0; rep < 3; ++rep) {
     const auto start = std::chrono::steady_clock::now();
-    pool.parallel_for(pool.threads(), [](std::size_t, std::size_t) {
-      long n = loops;
-      __asm__ volatile(
-          "vxorps %%zmm0, %%zmm0, %%zmm0\n vmovaps %%zmm0, %%zmm1\n vmovaps %%zmm0, %%zmm2\n"
-          "vmovaps %%zmm0, %%zmm3\n vmovaps %%zmm0, %%zmm4\n vmovaps %%zmm0, %%zmm5\n vmovaps %%zmm0, %%zmm6\n"
-          "vmovaps %%zmm0, %%zmm7\n vmovaps %%zmm0, %%zmm8\n vmovaps %%zmm0, %%zmm9\n vmovaps %%zmm0, %%zmm10\n"
-          "vmovaps %%zmm0, %%zmm11\n vmovaps %%zmm0, %%zmm12\n vmovaps %%zmm0, %%zmm13\n"
-          "1:\n"
-          "vfmadd231ps %%zmm12, %%zmm13, %%zmm0\n vfmadd231ps %%zmm12, %%zmm13, %%zmm1\n"
-          "vfmadd231ps %%zmm12, %%zmm13, %%zmm2\n vfmadd231ps %%zmm12, %%zmm13, %%zmm3\n"
-          "vfmadd231ps %%zmm12, %%zmm13, %%zmm4\n vfmadd231ps %%zmm12, %%zmm13, %%zmm5\n"
-          "vfmadd231ps %%zmm12, %%zmm13, %%zmm6\n vfmadd231ps %%zmm12, %%zmm13, %%zmm7\n"
-          "vfmadd231ps %%zmm12, %%zmm13, %%zmm8\n vfmadd231ps %%zmm12, %%zmm13, %%zmm9\n"
-          "vfmadd231ps %%zmm12, %%zmm13, %%zmm10\n vfmadd231ps %%zmm12, %%zmm13, %%zmm11\n"
-          "dec %0\n jnz 1b\n"
-          : "+r"(n)
-          :
-          : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
-            "xmm12", "xmm13", "cc");
-    });
+    pool.parallel_for(pool.threads(), [&](std::size_t, std::size_t) { kernel(loops); });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     best = std::max(best, double(loops) * 12 * double(pool.threads()) / seconds);
   }
   return best;
+}
+
+#if defined(__AVX512F__) && defined(__GNUC__)
+// The loop of issue_rate for one zmm instruction `op src1, src2, acc`: zmm0..zmm11 are 12 independent
+// accumulators, zmm12 and zmm13 the sources (all zeroed first).
+#define SPECDEC_PEAK_LOOP(op)                                                                                     \
+  __asm__ volatile(                                                                                              \
+      "vpxord %%zmm0, %%zmm0, %%zmm0\n vmovdqa64 %%zmm0, %%zmm1\n vmovdqa64 %%zmm0, %%zmm2\n"                 \
+      "vmovdqa64 %%zmm0, %%zmm3\n vmovdqa64 %%zmm0, %%zmm4\n vmovdqa64 %%zmm0, %%zmm5\n"                        \
+      "vmovdqa64 %%zmm0, %%zmm6\n vmovdqa64 %%zmm0, %%zmm7\n vmovdqa64 %%zmm0, %%zmm8\n"                        \
+      "vmovdqa64 %%zmm0, %%zmm9\n vmovdqa64 %%zmm0, %%zmm10\n vmovdqa64 %%zmm0, %%zmm11\n"                      \
+      "vmovdqa64 %%zmm0, %%zmm12\n vmovdqa64 %%zmm0, %%zmm13\n"                                                  \
+      "1:\n" op " %%zmm12, %%zmm13, %%zmm0\n" op " %%zmm12, %%zmm13, %%zmm1\n" op " %%zmm12, %%zmm13, %%zmm2\n" \
+      op " %%zmm12, %%zmm13, %%zmm3\n" op " %%zmm12, %%zmm13, %%zmm4\n" op " %%zmm12, %%zmm13, %%zmm5\n"          \
+      op " %%zmm12, %%zmm13, %%zmm6\n" op " %%zmm12, %%zmm13, %%zmm7\n" op " %%zmm12, %%zmm13, %%zmm8\n"          \
+      op " %%zmm12, %%zmm13, %%zmm9\n" op " %%zmm12, %%zmm13, %%zmm10\n" op " %%zmm12, %%zmm13, %%zmm11\n"        \
+      "dec %0\n jnz 1b\n"                                                                                        \
+      : "+r"(n)                                                                                                  \
+      :                                                                                                          \
+      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",  \
+        "xmm13", "cc")
+#endif
+
+/// 16-lane float multiply-adds per second (issue_rate of vfmadd231ps): the machine's compute peak for the float
+/// kernels. 0 without AVX-512.
+double measure_fma_peak() {
+#if defined(__AVX512F__) && defined(__GNUC__)
+  return issue_rate([](long n) { SPECDEC_PEAK_LOOP("vfmadd231ps"); });
 #else
   return 0.0;
 #endif
+}
+
+/// vpdpbusd (zmm: 64 byte products each) per second (issue_rate): the peak of the quantized_dot kernels'
+/// integer dot products. 0 without AVX-512 VNNI.
+double measure_vnni_peak() {
+#if defined(__AVX512VNNI__) && defined(__GNUC__)
+  return issue_rate([](long n) { SPECDEC_PEAK_LOOP("vpdpbusd"); });
+#else
+  return 0.0;
+#endif
+}
+
+double vnni_peak() {
+  static const double peak = measure_vnni_peak();
+  return peak;
 }
 
 /// measure_fma_peak() once per process.
@@ -178,6 +207,61 @@ void BM_LlamaForward_bf16_dot(benchmark::State& state) { forward(state, WeightFo
 void BM_LlamaForward_quantized(benchmark::State& state) { forward(state, WeightFormat::quantized); }
 void BM_LlamaForward_quantized_dot(benchmark::State& state) { forward(state, WeightFormat::quantized_dot); }
 
+/// The blocks' weight products of one forward of n positions, alone: layer l's weights for every l
+/// (`streamed`) or layer 0's thirty times (`cached`). See the file comment.
+void block_products(benchmark::State& state, bool streamed) {
+  using specdec::llama::MatmulOutput;
+  const auto& weights = *model(WeightFormat::quantized_dot).weights();
+  const auto& c = weights.config();
+  const std::size_t n = static_cast<std::size_t>(state.range(0)), e = c.embedding, ffn = c.ffn;
+  const std::size_t qw = c.heads * c.head_dim, kw = c.kv_heads * c.head_dim;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> x(n * std::max(e, ffn)), q(n * qw), k(n * kw), v(n * kw), o(n * e), gate(n * ffn), up(n * ffn);
+  for (auto& value : x) value = uniform(rng);
+  auto& pool = *shared_pool();
+  double macs = 0.0, bytes = 0.0;
+  for (std::size_t l = 0; l < c.layers; ++l) {
+    const auto& w = weights.layer(streamed ? l : 0);
+    macs += double(w.q.rows() + w.k.rows() + w.v.rows() + w.o.rows() + w.gate.rows() + w.up.rows()) * double(e) +
+            double(w.down.rows()) * double(ffn);
+    bytes += double(w.bytes());
+  }
+  const double bandwidth_before = read_bandwidth();
+  for (auto _ : state) {
+    for (std::size_t l = 0; l < c.layers; ++l) {
+      const auto& w = weights.layer(streamed ? l : 0);
+      const MatmulOutput qkv[] = {{&w.q, q.data(), qw, false}, {&w.k, k.data(), kw, false}, {&w.v, v.data(), kw, false}};
+      specdec::llama::matmul(qkv, x.data(), e, n, pool);
+      specdec::llama::matmul(MatmulOutput{&w.o, o.data(), e, false}, x.data(), qw, n, pool);
+      const MatmulOutput gate_up[] = {{&w.gate, gate.data(), ffn, false}, {&w.up, up.data(), ffn, false}};
+      specdec::llama::matmul(gate_up, x.data(), e, n, pool);
+      specdec::llama::matmul(MatmulOutput{&w.down, o.data(), e, false}, x.data(), ffn, n, pool);
+    }
+    benchmark::DoNotOptimize(o.data());
+  }
+  const double bandwidth = (bandwidth_before + read_bandwidth()) / 2;
+  state.counters["weight_bytes"] = bytes;
+  state.counters["bandwidth_GB/s"] = bandwidth / 1e9;
+  if (streamed)
+    state.counters["floor_fraction"] = benchmark::Counter(bytes / bandwidth, benchmark::Counter::kIsIterationInvariantRate);
+  if (vnni_peak() > 0)
+    state.counters["vnni_fraction"] =
+        benchmark::Counter(macs * double(n) / 64 / vnni_peak(), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["threads"] = double(threads());
+}
+
+void BM_BlockProducts_streamed(benchmark::State& state) { block_products(state, true); }
+void BM_BlockProducts_cached(benchmark::State& state) { block_products(state, false); }
+
+void BM_VnniPeak(benchmark::State& state) {
+  double peak = 0.0;
+  for (auto _ : state) peak = vnni_peak();
+  if (peak == 0.0) state.SkipWithError("needs AVX-512 VNNI and GCC-style inline assembly");
+  state.counters["vpdpbusd_per_ns"] = peak / 1e9;
+  state.counters["threads"] = double(threads());
+}
+
 void BM_MemoryBandwidth(benchmark::State& state) {
   double bandwidth = 0.0;
   for (auto _ : state) bandwidth = read_bandwidth();
@@ -204,6 +288,9 @@ void positions(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_MemoryBandwidth)->Iterations(1)->Repetitions(1);
 BENCHMARK(BM_FmaPeak)->Iterations(1)->Repetitions(1);
+BENCHMARK(BM_VnniPeak)->Iterations(1)->Repetitions(1);
+BENCHMARK(BM_BlockProducts_streamed)->Apply(positions);
+BENCHMARK(BM_BlockProducts_cached)->Apply(positions);
 BENCHMARK(BM_LlamaForward_f32)->Apply(positions);
 BENCHMARK(BM_LlamaForward_bf16)->Apply(positions);
 BENCHMARK(BM_LlamaForward_bf16_dot)->Apply(positions);
