@@ -314,9 +314,11 @@ void panel_kernel_qdot(const MatmulOutput& out, std::size_t panel, const std::by
   // Once the kernel is compute-bound, the hardware prefetcher, which follows the demand, leaves memory idle
   // between panels (8 and 9 positions ran at 60-65% of the in-cache rate): each block also asks for the same
   // block of the next panel. (Measured on a 94 MB matrix, 2 threads, one digit: 9 positions 7.6-8.6 -> 5.0 ms;
-  // with fewer positions the gain was within the noise. Three digits do three times the work per weight, so
-  // they start at 2 positions: not measured separately.)
-  constexpr int prefetch_from = Digits == 1 ? 6 : 2;
+  // with fewer positions the gain was within the noise. From 5 positions up since 2026-12-01: a forward of 5
+  // positions, alternating call by call with the earlier 6, took 0.92-1.01x the time (median 0.96x over six
+  // runs of 250 calls each); from 4 up made 4 positions 1.05-1.08x slower. Three digits do three times the work
+  // per weight, so they start at 2 positions: not measured separately.)
+  constexpr int prefetch_from = Digits == 1 ? 5 : 2;
   const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(panels[R - 1]) + w.panel_bytes();
   for (std::size_t b = 0; b < blocks; ++b) {
     if constexpr (P >= prefetch_from)
