@@ -312,18 +312,17 @@ void panel_kernel_qdot(const MatmulOutput& out, std::size_t panel, const std::by
   const __m512i low = _mm512_set1_epi8(0x0F);
   const std::size_t blocks = w.cols() / quant_block;
   // Once the kernel is compute-bound, the hardware prefetcher, which follows the demand, leaves memory idle
-  // between panels (8 and 9 positions ran at 60-65% of the in-cache rate): each block also asks for the same
-  // block of the next panel. (Measured on a 94 MB matrix, 2 threads, one digit: 9 positions 7.6-8.6 -> 5.0 ms;
-  // with fewer positions the gain was within the noise. From 5 positions up since 2026-12-01: a forward of 5
-  // positions, alternating call by call with the earlier 6, took 0.92-1.01x the time (median 0.96x over six
-  // runs of 250 calls each); from 4 up made 4 positions 1.05-1.08x slower. Three digits do three times the work
-  // per weight, so they start at 2 positions: not measured separately.)
-  constexpr int prefetch_from = Digits == 1 ? 5 : 2;
+  // between panels (8 and 9 positions ran at 60-65% of the in-cache rate): from 2 positions up, each block also
+  // asks for the same block of the next panel, into L2 (hint T1; into L1, T0, the gain was smaller or a loss).
+  // Measured 2026-12-01 in forwards of SmolLM2 at context 318 on 2 threads, alternating call by call with the
+  // earlier T0 from 5 positions up (6 before that): one digit, 2-5 positions 0.97-0.99x, 0.98-0.99x,
+  // 0.93-0.99x and 0.86-0.89x the time, 7 and 9 positions 0.93x and 0.95x; three digits, 2 positions 0.90x,
+  // 5 positions 0.99x. Two and three panels ahead were no better than one.
   const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(panels[R - 1]) + w.panel_bytes();
   for (std::size_t b = 0; b < blocks; ++b) {
-    if constexpr (P >= prefetch_from)
+    if constexpr (P >= 2)
       for (std::size_t line = 0; line < block_bytes; line += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(ahead + b * block_bytes + line), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + b * block_bytes + line), _MM_HINT_T1);
     __m512i q[R][8];
     __m512 d[R], m[R];
     for (int r = 0; r < R; ++r) {
