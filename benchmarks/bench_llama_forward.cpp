@@ -19,8 +19,8 @@
 // BM_BlockProducts_{streamed,cached}/<n>: the transformer blocks' weight products alone (quantized_dot, the four
 // matmul calls of each layer in the forward's order, random inputs), n positions: `streamed` over the 30
 // layers' weights as a forward reads them, `cached` over layer 0's weights 30 times (2.2 MB, held in L2 and
-// L3). The difference is what fetching the weights adds to the arithmetic; vnni_fraction is the arithmetic's
-// rate against BM_VnniPeak (one vpdpbusd per 64 multiply-adds).
+// L3). The difference is what fetching the weights from memory instead adds; vnni_fraction is the rate of the
+// products' multiply-adds against BM_VnniPeak (one vpdpbusd per 64).
 // On a shared machine run with --benchmark_repetitions=5.
 #include <benchmark/benchmark.h>
 
