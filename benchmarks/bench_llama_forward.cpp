@@ -17,10 +17,11 @@
 // BM_MemoryBandwidth: read bandwidth of a 256 MB sum, best of 3. BM_FmaPeak: 16-lane FMAs per second with
 // every thread issuing independent FMAs from registers. BM_VnniPeak: the same for vpdpbusd (64 byte products).
 // BM_BlockProducts_{streamed,cached}/<n>: the transformer blocks' weight products alone (quantized_dot, the four
-// matmul calls of each layer in the forward's order, random inputs), n positions: `streamed` over the 30
-// layers' weights as a forward reads them, `cached` over layer 0's weights 30 times (2.2 MB, held in L2 and
-// L3). The difference is what fetching the weights from memory instead adds; vnni_fraction is the rate of the
-// products' multiply-adds against BM_VnniPeak (one vpdpbusd per 64).
+// matmul calls of each layer in the forward's order, W_o and W_down adding into their outputs as the residual
+// does, random inputs), n positions: `streamed` over the 30 layers' weights as a forward reads them, `cached`
+// over layer 0's weights 30 times (2.2 MB, held in L2 and L3). The difference is what fetching the weights from
+// memory instead adds; weight_bytes counts the bytes passed through the kernel (30 layers' worth for both);
+// vnni_fraction is the rate of the products' multiply-adds against BM_VnniPeak (one vpdpbusd per 64).
 // On a shared machine run with --benchmark_repetitions=5.
 #include <benchmark/benchmark.h>
 
@@ -217,14 +218,13 @@ void block_products(benchmark::State& state, bool streamed) {
   const std::size_t qw = c.heads * c.head_dim, kw = c.kv_heads * c.head_dim;
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<float> x(n * std::max(e, ffn)), q(n * qw), k(n * kw), v(n * kw), o(n * e), gate(n * ffn), up(n * ffn);
+  std::vector<float> x(n * std::max({e, ffn, qw})), q(n * qw), k(n * kw), v(n * kw), o(n * e), gate(n * ffn), up(n * ffn);
   for (auto& value : x) value = uniform(rng);
   auto& pool = *shared_pool();
   double macs = 0.0, bytes = 0.0;
   for (std::size_t l = 0; l < c.layers; ++l) {
     const auto& w = weights.layer(streamed ? l : 0);
-    macs += double(w.q.rows() + w.k.rows() + w.v.rows() + w.o.rows() + w.gate.rows() + w.up.rows()) * double(e) +
-            double(w.down.rows()) * double(ffn);
+    for (const auto* m : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) macs += double(m->rows()) * double(m->cols());
     bytes += double(w.bytes());
   }
   const double bandwidth_before = read_bandwidth();
@@ -233,10 +233,10 @@ void block_products(benchmark::State& state, bool streamed) {
       const auto& w = weights.layer(streamed ? l : 0);
       const MatmulOutput qkv[] = {{&w.q, q.data(), qw, false}, {&w.k, k.data(), kw, false}, {&w.v, v.data(), kw, false}};
       specdec::llama::matmul(qkv, x.data(), e, n, pool);
-      specdec::llama::matmul(MatmulOutput{&w.o, o.data(), e, false}, x.data(), qw, n, pool);
+      specdec::llama::matmul(MatmulOutput{&w.o, o.data(), e, true}, x.data(), qw, n, pool);
       const MatmulOutput gate_up[] = {{&w.gate, gate.data(), ffn, false}, {&w.up, up.data(), ffn, false}};
       specdec::llama::matmul(gate_up, x.data(), e, n, pool);
-      specdec::llama::matmul(MatmulOutput{&w.down, o.data(), e, false}, x.data(), ffn, n, pool);
+      specdec::llama::matmul(MatmulOutput{&w.down, o.data(), e, true}, x.data(), ffn, n, pool);
     }
     benchmark::DoNotOptimize(o.data());
   }

@@ -315,9 +315,9 @@ void panel_kernel_qdot(const MatmulOutput& out, std::size_t panel, const std::by
   // between panels (8 and 9 positions ran at 60-65% of the in-cache rate): from 2 positions up, each block also
   // asks for the same block of the next panel, into L2 (hint T1; into L1, T0, the gain was smaller or a loss).
   // Measured 2026-12-01 in forwards of SmolLM2 at context 318 on 2 threads, alternating call by call with the
-  // earlier T0 from 5 positions up (6 before that): one digit, 2-5 positions 0.97-0.99x, 0.98-0.99x,
-  // 0.93-0.99x and 0.86-0.89x the time, 7 and 9 positions 0.93x and 0.95x; three digits, 2 positions 0.90x,
-  // 5 positions 0.99x. Two and three panels ahead were no better than one.
+  // earlier code (one digit: T0 from 5 positions up, none below; three digits: T0 from 2 up): one digit, 2-5
+  // positions 0.97-0.99x, 0.98-0.99x, 0.93-0.99x and 0.86-0.89x the time, 7 and 9 positions 0.93x and 0.95x;
+  // three digits, 2 positions 0.90x, 5 positions 0.99x. Two and three panels ahead were no better than one.
   const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(panels[R - 1]) + w.panel_bytes();
   for (std::size_t b = 0; b < blocks; ++b) {
     if constexpr (P >= 2)
@@ -395,9 +395,10 @@ void matmul_panels_dot_avx512(const MatmulOutput& out, std::size_t first, std::s
       dot_kernel_table<Type, Digits, 1>(std::make_integer_sequence<int, max_position_group>{});
   const std::size_t blocks = out.weights->cols() / quant_block;
   const std::byte* xq = prepared_quantized_inputs<Digits>(x, x_stride, positions, out.weights->cols(), call);
-  // The run's first panel is asked for whole, into L2, before its first block is used: the panel kernel's
-  // prefetch covers the panels after it, and the demand loads alone found it cold (forwards at context 318
-  // took 0.97-0.99x the time at 2-7 positions with this, 0.98-1.00x at 1, alternating call by call).
+  // The run's first panel is asked for whole, into L2, before its first block is used: from 2 positions up the
+  // panel kernel's prefetch covers the panels after it (at 1 position this is the only software prefetch), and
+  // the demand loads alone found the first one cold (quantized_dot forwards at context 318 took 0.97-0.99x the
+  // time at 2-7 positions with this, 0.98-1.00x at 1, alternating call by call).
   if (first < last) {
     const auto* first_panel = reinterpret_cast<const char*>(out.weights->panel(first));
     for (std::size_t line = 0; line < out.weights->panel_bytes(); line += 64) _mm_prefetch(first_panel + line, _MM_HINT_T1);
