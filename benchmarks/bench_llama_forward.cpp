@@ -147,14 +147,13 @@ double measure_vnni_peak() {
 #endif
 }
 
-double vnni_peak() {
-  static const double peak = measure_vnni_peak();
-  return peak;
-}
-
-/// measure_fma_peak() once per process.
+/// measure_fma_peak() and measure_vnni_peak(), each once per process.
 double fma_peak() {
   static const double peak = measure_fma_peak();
+  return peak;
+}
+double vnni_peak() {
+  static const double peak = measure_vnni_peak();
   return peak;
 }
 
@@ -254,12 +253,17 @@ void block_products(benchmark::State& state, bool streamed) {
 void BM_BlockProducts_streamed(benchmark::State& state) { block_products(state, true); }
 void BM_BlockProducts_cached(benchmark::State& state) { block_products(state, false); }
 
-void BM_VnniPeak(benchmark::State& state) {
+/// Reports peak_fn() (instructions per second) as `counter` per ns, or skips with `missing` where it is 0.
+void report_peak(benchmark::State& state, double (*peak_fn)(), const char* counter, const char* missing) {
   double peak = 0.0;
-  for (auto _ : state) peak = vnni_peak();
-  if (peak == 0.0) state.SkipWithError("needs AVX-512 VNNI and GCC-style inline assembly");
-  state.counters["vpdpbusd_per_ns"] = peak / 1e9;
+  for (auto _ : state) peak = peak_fn();
+  if (peak == 0.0) state.SkipWithError(missing);
+  state.counters[counter] = peak / 1e9;
   state.counters["threads"] = double(threads());
+}
+
+void BM_VnniPeak(benchmark::State& state) {
+  report_peak(state, vnni_peak, "vpdpbusd_per_ns", "needs AVX-512 VNNI and GCC-style inline assembly");
 }
 
 void BM_MemoryBandwidth(benchmark::State& state) {
@@ -270,11 +274,7 @@ void BM_MemoryBandwidth(benchmark::State& state) {
 }
 
 void BM_FmaPeak(benchmark::State& state) {
-  double peak = 0.0;
-  for (auto _ : state) peak = fma_peak();
-  if (peak == 0.0) state.SkipWithError("needs AVX-512 and GCC-style inline assembly");
-  state.counters["vector_FMA_per_ns"] = peak / 1e9;
-  state.counters["threads"] = double(threads());
+  report_peak(state, fma_peak, "vector_FMA_per_ns", "needs AVX-512 and GCC-style inline assembly");
 }
 
 // "min" beside mean/median/stddev when run with --benchmark_repetitions: the figure least disturbed by other
