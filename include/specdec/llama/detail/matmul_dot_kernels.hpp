@@ -318,9 +318,13 @@ void panel_kernel_qdot(const MatmulOutput& out, std::size_t panel, const std::by
   // earlier code (one digit: T0 from 5 positions up, none below; three digits: T0 from 2 up): one digit, 2-5
   // positions 0.97-0.99x, 0.98-0.99x, 0.93-0.99x and 0.86-0.89x the time, 7 and 9 positions 0.93x and 0.95x;
   // three digits, 2 positions 0.90x, 5 positions 0.99x. Two and three panels ahead were no better than one.
+  // q8_0 with one digit (SmolLM2's output head: 34 bytes per 32 weights, where q4_1 has 24) stays bound by
+  // memory up to 4 positions, where the requests only got in the hardware prefetcher's way: asking from 5
+  // positions up took forwards 0.96-0.98x the time at 2-4 positions and 1.00x at 5-6 (2026-12-02, as above).
+  constexpr int prefetch_from = q8 && Digits == 1 ? 5 : 2;
   const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(panels[R - 1]) + w.panel_bytes();
   for (std::size_t b = 0; b < blocks; ++b) {
-    if constexpr (P >= 2)
+    if constexpr (P >= prefetch_from)
       for (std::size_t line = 0; line < block_bytes; line += 64)
         _mm_prefetch(reinterpret_cast<const char*>(ahead + b * block_bytes + line), _MM_HINT_T1);
     __m512i q[R][8];
