@@ -360,7 +360,7 @@ TEST_CASE("a position's logits are bit-identical alone or in a batch, for every 
   REQUIRE(LlamaModel(tiny_weights(WeightFormat::f32), 8, nullptr).kv_format() == KvFormat::f16);  // the default
   for (auto format : all_formats) {
     const auto weights = tiny_weights(format);
-    for (std::size_t threads : {1, 2})
+    for (std::size_t threads : {1, 2, 3})
       for (auto kv_format : {KvFormat::f32, KvFormat::f16}) {
         CAPTURE(to_string(format), threads, to_string(kv_format));
         LlamaModel model(weights, 64, std::make_shared<ThreadPool>(threads), kv_format);

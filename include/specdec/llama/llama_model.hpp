@@ -299,7 +299,7 @@ class Transformer {
     const std::size_t run = (count / runs + 15) / 16 * 16;
     pool_->parallel_for(runs, [&](std::size_t r, std::size_t) {
       const std::size_t begin = std::min(count, r * run), end = r + 1 == runs ? count : std::min(count, begin + run);
-      swiglu(&gate_[begin], &up_[begin], end - begin);
+      swiglu(gate_.data() + begin, up_.data() + begin, end - begin);
     });
   }
 

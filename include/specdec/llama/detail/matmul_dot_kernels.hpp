@@ -318,7 +318,7 @@ void panel_kernel_qdot(const MatmulOutput& out, std::size_t panel, const std::by
   // earlier code (one digit: T0 from 5 positions up, none below; three digits: T0 from 2 up): one digit, 2-5
   // positions 0.97-0.99x, 0.98-0.99x, 0.93-0.99x and 0.86-0.89x the time, 7 and 9 positions 0.93x and 0.95x;
   // three digits, 2 positions 0.90x, 5 positions 0.99x. Two and three panels ahead were no better than one.
-  // q8_0 with one digit (SmolLM2's output head: 34 bytes per 32 weights, where q4_1 has 24) stays bound by
+  // q8_0 with one digit (SmolLM2's output head: 34 bytes per 32 weights, where q4_1 has 20) stays bound by
   // memory up to 4 positions, where the requests only got in the hardware prefetcher's way: asking from 5
   // positions up took forwards 0.96-0.98x the time at 2-4 positions and 1.00x at 5-6 (2026-12-02, as above).
   constexpr int prefetch_from = q8 && Digits == 1 ? 5 : 2;
@@ -399,8 +399,9 @@ void matmul_panels_dot_avx512(const MatmulOutput& out, std::size_t first, std::s
       dot_kernel_table<Type, Digits, 1>(std::make_integer_sequence<int, max_position_group>{});
   const std::size_t blocks = out.weights->cols() / quant_block;
   const std::byte* xq = prepared_quantized_inputs<Digits>(x, x_stride, positions, out.weights->cols(), call);
-  // The run's first panel is asked for whole, into L2, before its first block is used: from 2 positions up the
-  // panel kernel's prefetch covers the panels after it (at 1 position this is the only software prefetch), and
+  // The run's first panel is asked for whole, into L2, before its first block is used: from 2 positions up (5
+  // for one-digit q8_0) the panel kernel's prefetch covers the panels after it (below that, this is the only
+  // software prefetch), and
   // the demand loads alone found the first one cold (quantized_dot forwards at context 318 took 0.97-0.99x the
   // time at 2-7 positions with this, 0.98-1.00x at 1, alternating call by call).
   if (first < last) {
