@@ -346,6 +346,41 @@ TEST_CASE("matmul of n positions is bit-identical to n single-position products,
     }
 }
 
+TEST_CASE("matmul on inputs the caller quantised, row by row and block by block, gives the same bits", "[kernels]") {
+  // The model quantises each row (or block) as the step that writes it finishes; the kernels must take those
+  // bytes for exactly the quantisation they would compute, over one position group (n <= 16) and several.
+  namespace d = specdec::llama::detail;
+  const std::size_t rows = 40, cols = 96, blocks = cols / 32;
+  ThreadPool pool(2);
+  for (auto encoding : all_encodings) {
+    if (specdec::llama::is_float_encoding(encoding)) continue;
+    const int digits = specdec::llama::is_dot_encoding(encoding) ? 1 : 3;
+    const auto m = random_matrix(encoding, rows, cols, 23);
+    for (std::size_t n : {1, 5, 16, 17, 35}) {
+      CAPTURE(static_cast<int>(encoding), n);
+      const auto x = random_inputs(n, cols, 29);
+      std::vector<std::byte> whole(n * blocks * d::entry_bytes(digits)), pieces(whole.size(), std::byte{0x5a});
+      if (digits == 1) d::quantize_inputs<1>(x.data(), cols, n, cols, whole.data());
+      else d::quantize_inputs<3>(x.data(), cols, n, cols, whole.data());
+      for (std::size_t b = blocks; b-- > 0;)  // blocks in reverse, positions in any order: each entry has one place
+        for (std::size_t i = 0; i < n; ++i) d::quantize_row_blocks(digits, x.data() + i * cols, i, b, b + 1, n, blocks, pieces.data());
+      REQUIRE(pieces == whole);
+      std::vector<float> own(n * rows), given(n * rows), ignored(n * rows);
+      for (bool portable : {false, true}) {
+        specdec::llama::matmul(MatmulOutput{&m.packed, own.data(), rows, false}, x.data(), cols, n, pool, portable);
+        specdec::llama::matmul(MatmulOutput{&m.packed, given.data(), rows, false}, x.data(), cols, n, pool, portable,
+                               specdec::llama::QuantizedInputs{pieces.data(), digits});
+        REQUIRE(std::memcmp(own.data(), given.data(), own.size() * sizeof(float)) == 0);
+        // Bytes for the other digit count are not these inputs' quantisation for this encoding: ignored.
+        std::vector<std::byte> junk(n * blocks * 128, std::byte{0x7f});
+        specdec::llama::matmul(MatmulOutput{&m.packed, ignored.data(), rows, false}, x.data(), cols, n, pool, portable,
+                               specdec::llama::QuantizedInputs{junk.data(), 4 - digits});
+        REQUIRE(std::memcmp(own.data(), ignored.data(), own.size() * sizeof(float)) == 0);
+      }
+    }
+  }
+}
+
 TEST_CASE("matmul with several outputs and accumulation equals separate products plus the old values", "[kernels]") {
   ThreadPool pool(2);
   const std::size_t cols = 64;

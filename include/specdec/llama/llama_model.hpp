@@ -135,6 +135,9 @@ class Transformer {
       }
     score_stride_ = blocks_ * key_block;
     scores_.resize(pool_->threads() * (c.heads / c.kv_heads) * score_stride_);
+    const PanelEncoding encoding = weights_->layer(0).q.encoding();
+    input_digits_ = is_float_encoding(encoding) ? 0 : is_dot_encoding(encoding) ? 1 : 3;
+    attention_quantized_ = input_digits_ != 0 && (c.heads / c.kv_heads * c.head_dim) % quant_block == 0;
   }
 
   const LlamaConfig& config() const { return weights_->config(); }
@@ -189,7 +192,8 @@ class Transformer {
       // 4. Final norm and output head.                                             logits: [n, vocab]
       if (with_logits) {
         rms_norm(x_.data(), weights_->output_norm().data(), h_.data(), n);
-        matmul(MatmulOutput{&weights_->output(), logits_.data(), c.vocab, false}, h_.data(), e, n, pool);
+        matmul(MatmulOutput{&weights_->output(), logits_.data(), c.vocab, false}, h_.data(), e, n, pool, false,
+               quantized(e));
         clock.mark(&ForwardProfile::output_head);
       }
     } catch (...) {
@@ -216,7 +220,7 @@ class Transformer {
       rms_norm(x_.data(), w.attn_norm.data(), h_.data(), n);
       clock.mark(other);
       const MatmulOutput qkv[] = {{&w.q, q_.data(), qw, false}, {&w.k, k_.data(), kw, false}, {&w.v, v_.data(), kw, false}};
-      matmul(qkv, h_.data(), e, n, pool);
+      matmul(qkv, h_.data(), e, n, pool, false, quantized(e));
       clock.mark(products);
       rope(q_.data(), qw, c.heads, start, n);
       rope(k_.data(), kw, c.kv_heads, start, n);
@@ -226,18 +230,19 @@ class Transformer {
         attention(kv, keys_t, l, start, n);
         clock.mark(&ForwardProfile::attention);
       });
-      matmul(MatmulOutput{&w.o, x_.data(), e, true}, attn_.data(), qw, n, pool);
+      matmul(MatmulOutput{&w.o, x_.data(), e, true}, attn_.data(), qw, n, pool, false,
+             attention_quantized_ ? quantized(qw) : QuantizedInputs{});
       clock.mark(products);
 
       // 3. MLP: norm, gate and up projections, SwiGLU, down projection + residual.
       rms_norm(x_.data(), w.ffn_norm.data(), h_.data(), n);
       clock.mark(other);
       const MatmulOutput gate_up[] = {{&w.gate, gate_.data(), c.ffn, false}, {&w.up, up_.data(), c.ffn, false}};
-      matmul(gate_up, h_.data(), e, n, pool);
+      matmul(gate_up, h_.data(), e, n, pool, false, quantized(e));
       clock.mark(products);
       swiglu_rows(n);
       clock.mark(other);
-      matmul(MatmulOutput{&w.down, x_.data(), e, true}, gate_.data(), c.ffn, n, pool);
+      matmul(MatmulOutput{&w.down, x_.data(), e, true}, gate_.data(), c.ffn, n, pool, false, quantized(c.ffn));
       clock.mark(products);
     }
   }
@@ -270,13 +275,33 @@ class Transformer {
     v_.resize(n * c.kv_heads * c.head_dim);
     gate_.resize(n * c.ffn);
     up_.resize(n * c.ffn);
+    if (input_digits_ != 0) {
+      const std::size_t widest = std::max({c.embedding, c.heads * c.head_dim, c.ffn});
+      xq_.resize((n * (widest / quant_block) * entry_bytes(input_digits_) + 63) / 64);
+    }
     capacity_ = n;
   }
 
+  /// The inputs of cols columns that the last producer (a norm, attention or SwiGLU) quantised into xq_ for the
+  /// block kernels, or none where it did not (float weights; cols not whole 32-column blocks).
+  QuantizedInputs quantized(std::size_t cols) const {
+    if (input_digits_ == 0 || cols % quant_block != 0) return {};
+    return {xq_.data()->bytes, input_digits_};
+  }
+
+  /// Quantises blocks [first, last) of position i's row of cols inputs into xq_ for the next matmul call over n
+  /// positions (what quantized(cols) hands it), where quantized(cols) hands anything.
+  void quantize_for_next(const float* row, std::size_t i, std::size_t first, std::size_t last, std::size_t cols,
+                         std::size_t n) {
+    if (input_digits_ == 0 || cols % quant_block != 0) return;
+    quantize_row_blocks(input_digits_, row, i, first, last, n, cols / quant_block, xq_.data()->bytes);
+  }
+
   /// out[i] = x[i] / sqrt(mean(x[i]²) + eps) · weight, per row; the sum of squares in double, in 16 partial
-  /// sums by index added in a fixed tree (fold_by_lanes): vectorised, and the same order for every row. Rows
-  /// are split across the threads (a row's arithmetic is the same on any thread).
-  void rms_norm(const float* x, const float* weight, float* out, std::size_t n) const {
+  /// sums by index added in a fixed tree (fold_by_lanes): vectorised, and the same order for every row; each row
+  /// then quantised for the next product (quantize_for_next). Rows are split across the threads (a row's
+  /// arithmetic is the same on any thread).
+  void rms_norm(const float* x, const float* weight, float* out, std::size_t n) {
     const std::size_t e = config().embedding;
     const float eps = config().rms_eps;
     pool_->parallel_for(n, [&](std::size_t i, std::size_t) {
@@ -286,20 +311,26 @@ class Transformer {
           [](double a, double b) { return a + b; });
       const float scale = 1.0f / std::sqrt(static_cast<float>(sum / double(e)) + eps);
       for (std::size_t k = 0; k < e; ++k) out[i * e + k] = (row[k] * scale) * weight[k];
+      quantize_for_next(out + i * e, i, 0, e / quant_block, e, n);
     });
   }
 
-  /// gate = SiLU(gate)·up over n positions; from 2 positions up split across the threads in runs of whole
-  /// vectors (swiglu's arithmetic per element does not depend on the run it is in). With the norms split by
-  /// rows, forwards at context 318 took 0.98-0.99x the time at 5 and 9 positions and 0.999-1.01x at 1 and 2
-  /// (alternating call by call with the one-thread code, 2 threads, 2026-12-02).
+  /// gate = SiLU(gate)·up over n positions, each 32-column block then quantised for the down projection
+  /// (quantize_for_next); from 2 positions up split across the threads in runs of whole blocks (swiglu's
+  /// arithmetic per element does not depend on the run it is in). With the norms split by rows, forwards at
+  /// context 318 took 0.98-0.99x the time at 5 and 9 positions and 0.999-1.01x at 1 and 2 (alternating call by
+  /// call with the one-thread code, 2 threads, 2026-12-02).
   void swiglu_rows(std::size_t n) {
-    const std::size_t count = n * config().ffn, runs = pool_->threads();
-    if (n == 1 || runs == 1) return swiglu(gate_.data(), up_.data(), count);
-    const std::size_t run = (count / runs + 15) / 16 * 16;
+    const std::size_t ffn = config().ffn, count = n * ffn, runs = n == 1 ? 1 : pool_->threads();
+    const std::size_t run = (count / runs + quant_block - 1) / quant_block * quant_block;
     pool_->parallel_for(runs, [&](std::size_t r, std::size_t) {
       const std::size_t begin = std::min(count, r * run), end = r + 1 == runs ? count : std::min(count, begin + run);
       swiglu(gate_.data() + begin, up_.data() + begin, end - begin);
+      if (ffn % quant_block != 0) return;
+      for (std::size_t k = begin; k < end; k += quant_block) {
+        const std::size_t i = k / ffn, b = k % ffn / quant_block;
+        quantize_for_next(gate_.data() + i * ffn, i, b, b + 1, ffn, n);
+      }
     });
   }
 
@@ -398,6 +429,10 @@ class Transformer {
       a.out = &attn_[i * qw + g * group * d];
       a.out_stride = d;
       attend_group(a);
+      if (attention_quantized_) {  // this task's blocks of the output projection's inputs
+        const std::size_t blocks = group * d / quant_block;
+        quantize_for_next(&attn_[i * qw], i, g * blocks, (g + 1) * blocks, qw, n);
+      }
     });
   }
 
@@ -432,6 +467,8 @@ class Transformer {
       return *this;
     }
   } profile_;
+  int input_digits_ = 0;             // digits of the block kernels' inputs (1 or 3), 0 for float weights
+  bool attention_quantized_ = false;  // whether attention tasks quantise the output projection's inputs
   std::size_t capacity_ = 0;   // positions the buffers below hold
   std::vector<float> x_;       // [capacity, embedding]: the residual stream
   std::vector<float> h_;       // [capacity, embedding]: normed input of a block
@@ -441,6 +478,9 @@ class Transformer {
   std::vector<float> v_;       // [capacity, kv_heads·head_dim]: new values
   std::vector<float> gate_;    // [capacity, ffn]: gate projection, then SwiGLU output
   std::vector<float> up_;      // [capacity, ffn]
+  // The next matmul call's inputs quantised for the block kernels by the step that wrote them (see quantized()):
+  // [capacity × the widest row's blocks] entries in detail::quantize_inputs's layout.
+  std::vector<CacheLine> xq_;
   Logits logits_;              // [n, vocab] of the last forward call
 };
 

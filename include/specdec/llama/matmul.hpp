@@ -22,10 +22,11 @@ namespace specdec::llama {
 /// Computes every output in `outputs` from the same inputs x: [positions, x_stride] row-major, first cols()
 /// values of each row used. All weights need the same cols. Parallel over runs of output panels only
 /// (claimed dynamically by the pool's threads); the result does not depend on how positions are grouped or
-/// which thread computes a block. `portable` forces the scalar path.
+/// which thread computes a block. `portable` forces the scalar path. `given`: x already quantised by the caller
+/// (see QuantizedInputs); it must be x's quantisation, which the kernels would otherwise compute themselves.
 /// requires: x and the outputs do not overlap.
 inline void matmul(std::span<const MatmulOutput> outputs, const float* x, std::size_t x_stride,
-                   std::size_t positions, ThreadPool& pool, bool portable = false) {
+                   std::size_t positions, ThreadPool& pool, bool portable = false, QuantizedInputs given = {}) {
   if (positions == 0 || outputs.empty()) return;
   std::size_t total = 0;
   for (const auto& out : outputs) {
@@ -46,7 +47,8 @@ inline void matmul(std::span<const MatmulOutput> outputs, const float* x, std::s
       const std::size_t panels = out.weights->panels(), chunks = (panels + chunk - 1) / chunk;
       if (task < chunks) {
         const std::size_t first = task * chunk;
-        detail::matmul_panels(out, first, std::min(panels, first + chunk), x, x_stride, positions, portable, call);
+        detail::matmul_panels(out, first, std::min(panels, first + chunk), x, x_stride, positions, portable, call,
+                              given);
         return;
       }
       task -= chunks;
@@ -56,8 +58,8 @@ inline void matmul(std::span<const MatmulOutput> outputs, const float* x, std::s
 
 /// Single-output convenience form of matmul.
 inline void matmul(const MatmulOutput& output, const float* x, std::size_t x_stride, std::size_t positions,
-                   ThreadPool& pool, bool portable = false) {
-  matmul(std::span<const MatmulOutput>(&output, 1), x, x_stride, positions, pool, portable);
+                   ThreadPool& pool, bool portable = false, QuantizedInputs given = {}) {
+  matmul(std::span<const MatmulOutput>(&output, 1), x, x_stride, positions, pool, portable, given);
 }
 
 }  // namespace specdec::llama

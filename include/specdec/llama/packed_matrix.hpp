@@ -280,4 +280,13 @@ struct MatmulOutput {
   bool accumulate = false;       // add to y (a residual connection) instead of overwriting it
 };
 
+/// A matmul call's inputs already quantised by the caller for the block encodings, in the layout of
+/// detail::quantize_inputs with `digits` digits (1 for the *_dot encodings, 3 for the others): the kernels
+/// use them instead of quantising the inputs on every thread. Outputs whose encoding takes another digit
+/// count, and the float encodings, ignore them. Empty (bytes == nullptr): the kernels quantise.
+struct QuantizedInputs {
+  const std::byte* bytes = nullptr;
+  int digits = 0;
+};
+
 }  // namespace specdec::llama

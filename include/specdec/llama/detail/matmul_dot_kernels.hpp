@@ -182,29 +182,48 @@ inline void quantize_block_wide(const float* xb, std::byte* e) {
 #pragma GCC diagnostic pop
 #endif
 
+/// Byte offset of the entry of (position i, block b) among `positions` positions' inputs of `blocks` blocks
+/// each, in the group layout above.
+inline std::size_t entry_offset(std::size_t positions, std::size_t i, std::size_t b, std::size_t blocks, int digits) {
+  std::size_t g = 0;
+  while (group_begin(positions, g + 1) <= i) ++g;
+  const std::size_t begin = group_begin(positions, g), count = group_begin(positions, g + 1) - begin;
+  return (begin * blocks + b * count + (i - begin)) * entry_bytes(digits);
+}
+
+/// Quantises blocks [first, last) of position i's inputs (`row` is the position's whole row) into `out`, the
+/// group layout of `positions` positions of `blocks` blocks, with `Digits` digits (1 or 3).
+template <int Digits>
+void quantize_row_blocks(const float* row, std::size_t i, std::size_t first, std::size_t last, std::size_t positions,
+                         std::size_t blocks, std::byte* out) {
+  for (std::size_t b = first; b < last; ++b) {
+    std::byte* e = out + entry_offset(positions, i, b, blocks, Digits);
+    if constexpr (Digits == 1) quantize_block(row + b * quant_block, e);
+    else quantize_block_wide(row + b * quant_block, e);
+  }
+}
+
+/// quantize_row_blocks with the digit count as a value (1 or 3).
+inline void quantize_row_blocks(int digits, const float* row, std::size_t i, std::size_t first, std::size_t last,
+                                std::size_t positions, std::size_t blocks, std::byte* out) {
+  if (digits == 1) quantize_row_blocks<1>(row, i, first, last, positions, blocks, out);
+  else quantize_row_blocks<3>(row, i, first, last, positions, blocks, out);
+}
+
 /// Quantises positions × cols inputs into the group layout above, with `Digits` digits (1 or 3).
 /// requires: cols % 32 == 0.
 template <int Digits>
 void quantize_inputs(const float* x, std::size_t x_stride, std::size_t positions, std::size_t cols, std::byte* out) {
   const std::size_t blocks = cols / quant_block;
-  for (std::size_t g = 0; g < group_count(positions); ++g) {
-    const std::size_t begin = group_begin(positions, g), count = group_begin(positions, g + 1) - begin;
-    for (std::size_t i = 0; i < count; ++i) {
-      const float* row = x + (begin + i) * x_stride;
-      for (std::size_t b = 0; b < blocks; ++b) {
-        std::byte* e = out + ((begin * blocks) + b * count + i) * entry_bytes(Digits);
-        if constexpr (Digits == 1) quantize_block(row + b * quant_block, e);
-        else quantize_block_wide(row + b * quant_block, e);
-      }
-    }
-  }
+  for (std::size_t i = 0; i < positions; ++i) quantize_row_blocks<Digits>(x + i * x_stride, i, 0, blocks, positions, blocks, out);
 }
 
-/// This thread's quantised copy of call `call`'s inputs with `Digits` digits (made on the thread's first block
-/// of the call).
+/// Call `call`'s inputs quantised with `Digits` digits: `given` when the caller quantised them already (see
+/// QuantizedInputs), else this thread's own copy (made on the thread's first block of the call).
 template <int Digits>
 const std::byte* prepared_quantized_inputs(const float* x, std::size_t x_stride, std::size_t positions,
-                                           std::size_t cols, std::uint64_t call) {
+                                           std::size_t cols, std::uint64_t call, QuantizedInputs given) {
+  if (given.bytes && given.digits == Digits) return given.bytes;
   static thread_local std::vector<CacheLine> buffer;  // grows, never shrinks
   static thread_local std::uint64_t prepared = 0;
   if (prepared != call) {
@@ -219,7 +238,8 @@ const std::byte* prepared_quantized_inputs(const float* x, std::size_t x_stride,
 /// Portable twin of the dot kernels: the same integer sums and the same float sequence per (row, position).
 /// digits: 1 for the *_dot encodings, 3 for q8_0, q4_0 and q4_1.
 inline void matmul_panels_dot_portable(const MatmulOutput& out, std::size_t first, std::size_t last, const float* x,
-                                       std::size_t x_stride, std::size_t positions, std::uint64_t call) {
+                                       std::size_t x_stride, std::size_t positions, std::uint64_t call,
+                                       QuantizedInputs given) {
   const PackedMatrix& w = *out.weights;
   const PanelEncoding type = block_type(w.encoding());
   const int digits = is_dot_encoding(w.encoding()) ? 1 : 3;
@@ -227,8 +247,8 @@ inline void matmul_panels_dot_portable(const MatmulOutput& out, std::size_t firs
   const std::int32_t offset = q8 ? 128 : type == PanelEncoding::q4_0 ? 8 : 0;  // weight = stored − offset
   const std::size_t blocks = w.cols() / quant_block, block_bytes = panel_block_bytes(type);
   const std::size_t q_offset = (has_min ? 4 : 2) * panel_rows;
-  const std::byte* xq = digits == 1 ? prepared_quantized_inputs<1>(x, x_stride, positions, w.cols(), call)
-                                    : prepared_quantized_inputs<3>(x, x_stride, positions, w.cols(), call);
+  const std::byte* xq = digits == 1 ? prepared_quantized_inputs<1>(x, x_stride, positions, w.cols(), call, given)
+                                    : prepared_quantized_inputs<3>(x, x_stride, positions, w.cols(), call, given);
   float acc[max_position_group][panel_rows];
   std::int32_t q[quant_block][panel_rows];
   float d[panel_rows], m[panel_rows];
@@ -392,13 +412,14 @@ constexpr std::array<DotKernelFn, sizeof...(P)> dot_kernel_table(std::integer_se
 
 template <PanelEncoding Type, int Digits>
 void matmul_panels_dot_avx512(const MatmulOutput& out, std::size_t first, std::size_t last, const float* x,
-                              std::size_t x_stride, std::size_t positions, std::uint64_t call) {
+                              std::size_t x_stride, std::size_t positions, std::uint64_t call,
+                              QuantizedInputs given) {
   // One panel per step: 8 quant vectors per panel plus P accumulators already fill the registers (two panels
   // measured slower, from spills).
   static constexpr auto single =
       dot_kernel_table<Type, Digits, 1>(std::make_integer_sequence<int, max_position_group>{});
   const std::size_t blocks = out.weights->cols() / quant_block;
-  const std::byte* xq = prepared_quantized_inputs<Digits>(x, x_stride, positions, out.weights->cols(), call);
+  const std::byte* xq = prepared_quantized_inputs<Digits>(x, x_stride, positions, out.weights->cols(), call, given);
   // The run's first panel is asked for whole, into L2, before its first block is used: from 2 positions up (5
   // for one-digit q8_0) the panel kernel's prefetch covers the panels after it (below that, this is the only
   // software prefetch), and
@@ -428,7 +449,8 @@ void matmul_panels_dot_avx512(const MatmulOutput& out, std::size_t first, std::s
 
 /// Output panels [first, last) of `out` for all positions.
 inline void matmul_panels(const MatmulOutput& out, std::size_t first, std::size_t last, const float* x,
-                          std::size_t x_stride, std::size_t positions, bool portable, std::uint64_t call) {
+                          std::size_t x_stride, std::size_t positions, bool portable, std::uint64_t call,
+                          QuantizedInputs given = {}) {
 #if defined(__AVX512F__)
   if (!portable) {
     switch (out.weights->encoding()) {
@@ -441,17 +463,17 @@ inline void matmul_panels(const MatmulOutput& out, std::size_t first, std::size_
 #endif
 #if defined(__AVX512VNNI__)
       case PanelEncoding::q8_0:
-        return matmul_panels_dot_avx512<PanelEncoding::q8_0, 3>(out, first, last, x, x_stride, positions, call);
+        return matmul_panels_dot_avx512<PanelEncoding::q8_0, 3>(out, first, last, x, x_stride, positions, call, given);
       case PanelEncoding::q4_0:
-        return matmul_panels_dot_avx512<PanelEncoding::q4_0, 3>(out, first, last, x, x_stride, positions, call);
+        return matmul_panels_dot_avx512<PanelEncoding::q4_0, 3>(out, first, last, x, x_stride, positions, call, given);
       case PanelEncoding::q4_1:
-        return matmul_panels_dot_avx512<PanelEncoding::q4_1, 3>(out, first, last, x, x_stride, positions, call);
+        return matmul_panels_dot_avx512<PanelEncoding::q4_1, 3>(out, first, last, x, x_stride, positions, call, given);
       case PanelEncoding::q8_0_dot:
-        return matmul_panels_dot_avx512<PanelEncoding::q8_0, 1>(out, first, last, x, x_stride, positions, call);
+        return matmul_panels_dot_avx512<PanelEncoding::q8_0, 1>(out, first, last, x, x_stride, positions, call, given);
       case PanelEncoding::q4_0_dot:
-        return matmul_panels_dot_avx512<PanelEncoding::q4_0, 1>(out, first, last, x, x_stride, positions, call);
+        return matmul_panels_dot_avx512<PanelEncoding::q4_0, 1>(out, first, last, x, x_stride, positions, call, given);
       case PanelEncoding::q4_1_dot:
-        return matmul_panels_dot_avx512<PanelEncoding::q4_1, 1>(out, first, last, x, x_stride, positions, call);
+        return matmul_panels_dot_avx512<PanelEncoding::q4_1, 1>(out, first, last, x, x_stride, positions, call, given);
 #else
       case PanelEncoding::q8_0:
       case PanelEncoding::q4_0:
@@ -465,7 +487,7 @@ inline void matmul_panels(const MatmulOutput& out, std::size_t first, std::size_
 #endif
   (void)portable;
   if (!is_float_encoding(out.weights->encoding()))
-    return matmul_panels_dot_portable(out, first, last, x, x_stride, positions, call);
+    return matmul_panels_dot_portable(out, first, last, x, x_stride, positions, call, given);
   matmul_panels_portable(out, first, last, x, x_stride, positions);
 }
 
