@@ -18,7 +18,8 @@
 // every thread issuing independent FMAs from registers. BM_VnniPeak: the same for vpdpbusd (64 byte products).
 // BM_BlockProducts_{streamed,cached}/<n>: the transformer blocks' weight products alone (quantized_dot, the four
 // matmul calls of each layer in the forward's order, W_o and W_down adding into their outputs as the residual
-// does, random inputs), n positions: `streamed` over the 30 layers' weights as a forward reads them, `cached`
+// does, random inputs quantised once beforehand, as the forward's norms, attention and SwiGLU hand them over), n
+// positions: `streamed` over the 30 layers' weights as a forward reads them, `cached`
 // over layer 0's weights 30 times (2.2 MB, held in L2 and L3). The difference is what fetching the weights from
 // memory instead adds; weight_bytes counts the bytes passed through the kernel (30 layers' worth for both);
 // vnni_fraction is the rate of the products' multiply-adds against BM_VnniPeak (one vpdpbusd per 64).
@@ -219,6 +220,17 @@ void block_products(benchmark::State& state, bool streamed) {
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   std::vector<float> x(n * std::max({e, ffn, qw})), q(n * qw), k(n * kw), v(n * kw), o(n * e), gate(n * ffn), up(n * ffn);
   for (auto& value : x) value = uniform(rng);
+  // The inputs quantised once per width, as the forward's norms, attention and SwiGLU hand them to the products.
+  const int digits = specdec::llama::quantized_input_digits(weights.format());
+  std::vector<std::vector<std::byte>> quantized;
+  const auto inputs = [&](std::size_t width) {
+    auto& bytes = quantized.emplace_back(n * (width / 32) * specdec::llama::detail::entry_bytes(digits));
+    for (std::size_t i = 0; i < n; ++i)
+      specdec::llama::detail::quantize_row_blocks(digits, x.data() + i * width, i, 0, width / 32, n, width / 32, bytes.data());
+    return specdec::llama::QuantizedInputs{bytes.data(), digits};
+  };
+  quantized.reserve(3);
+  const auto x_e = inputs(e), x_qw = inputs(qw), x_ffn = inputs(ffn);
   auto& pool = *shared_pool();
   double macs = 0.0, bytes = 0.0;
   for (std::size_t l = 0; l < c.layers; ++l) {
@@ -231,11 +243,11 @@ void block_products(benchmark::State& state, bool streamed) {
     for (std::size_t l = 0; l < c.layers; ++l) {
       const auto& w = weights.layer(streamed ? l : 0);
       const MatmulOutput qkv[] = {{&w.q, q.data(), qw, false}, {&w.k, k.data(), kw, false}, {&w.v, v.data(), kw, false}};
-      specdec::llama::matmul(qkv, x.data(), e, n, pool);
-      specdec::llama::matmul(MatmulOutput{&w.o, o.data(), e, true}, x.data(), qw, n, pool);
+      specdec::llama::matmul(qkv, x.data(), e, n, pool, false, x_e);
+      specdec::llama::matmul(MatmulOutput{&w.o, o.data(), e, true}, x.data(), qw, n, pool, false, x_qw);
       const MatmulOutput gate_up[] = {{&w.gate, gate.data(), ffn, false}, {&w.up, up.data(), ffn, false}};
-      specdec::llama::matmul(gate_up, x.data(), e, n, pool);
-      specdec::llama::matmul(MatmulOutput{&w.down, o.data(), e, true}, x.data(), ffn, n, pool);
+      specdec::llama::matmul(gate_up, x.data(), e, n, pool, false, x_e);
+      specdec::llama::matmul(MatmulOutput{&w.down, o.data(), e, true}, x.data(), ffn, n, pool, false, x_ffn);
     }
     benchmark::DoNotOptimize(o.data());
   }

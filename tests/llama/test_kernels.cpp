@@ -324,19 +324,19 @@ TEST_CASE("24-bit inputs: the vector and scalar quantisers write the same bytes,
 }
 
 TEST_CASE("matmul of n positions is bit-identical to n single-position products, any thread count", "[kernels]") {
-  const std::size_t rows = 200, cols = 128;
+  const std::size_t rows = 200, cols = 128, most = 35;  // past 16 positions the kernels split them into groups
   for (auto encoding : all_encodings)
     for (bool portable : {false, true}) {
       const auto m = random_matrix(encoding, rows, cols, 17);
-      const auto x = random_inputs(16, cols, 19);
-      std::vector<float> single(16 * rows);
+      const auto x = random_inputs(most, cols, 19);
+      std::vector<float> single(most * rows);
       ThreadPool one(1);
-      for (std::size_t p = 0; p < 16; ++p)
+      for (std::size_t p = 0; p < most; ++p)
         specdec::llama::matmul(MatmulOutput{&m.packed, single.data() + p * rows, rows, false}, x.data() + p * cols,
                                cols, 1, one, portable);
       for (std::size_t threads : {1, 2, 3}) {
         ThreadPool pool(threads);
-        for (std::size_t n = 1; n <= 16; ++n) {
+        for (std::size_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 23, 35}) {
           CAPTURE(static_cast<int>(encoding), portable, threads, n);
           std::vector<float> batch(n * rows);
           specdec::llama::matmul(MatmulOutput{&m.packed, batch.data(), rows, false}, x.data(), cols, n, pool, portable);
@@ -365,12 +365,18 @@ TEST_CASE("matmul on inputs the caller quantised, row by row and block by block,
       for (std::size_t b = blocks; b-- > 0;)  // blocks in reverse, positions in any order: each entry has one place
         for (std::size_t i = 0; i < n; ++i) d::quantize_row_blocks(digits, x.data() + i * cols, i, b, b + 1, n, blocks, pieces.data());
       REQUIRE(pieces == whole);
+      // Other inputs' bytes handed over with x's floats: the product is the other inputs' (the bytes are used).
+      const auto other = random_inputs(n, cols, 31);
+      std::vector<std::byte> other_bytes(whole.size());
+      for (std::size_t i = 0; i < n; ++i)
+        d::quantize_row_blocks(digits, other.data() + i * cols, i, 0, blocks, n, blocks, other_bytes.data());
       std::vector<float> own(n * rows), given(n * rows), ignored(n * rows);
       for (bool portable : {false, true}) {
-        specdec::llama::matmul(MatmulOutput{&m.packed, own.data(), rows, false}, x.data(), cols, n, pool, portable);
+        specdec::llama::matmul(MatmulOutput{&m.packed, own.data(), rows, false}, other.data(), cols, n, pool, portable);
         specdec::llama::matmul(MatmulOutput{&m.packed, given.data(), rows, false}, x.data(), cols, n, pool, portable,
-                               specdec::llama::QuantizedInputs{pieces.data(), digits});
+                               specdec::llama::QuantizedInputs{other_bytes.data(), digits});
         REQUIRE(std::memcmp(own.data(), given.data(), own.size() * sizeof(float)) == 0);
+        specdec::llama::matmul(MatmulOutput{&m.packed, own.data(), rows, false}, x.data(), cols, n, pool, portable);
         // Bytes for the other digit count are not these inputs' quantisation for this encoding: ignored.
         std::vector<std::byte> junk(n * blocks * 128, std::byte{0x7f});
         specdec::llama::matmul(MatmulOutput{&m.packed, ignored.data(), rows, false}, x.data(), cols, n, pool, portable,

@@ -393,8 +393,10 @@ TEST_CASE("bad tokens, context overflow and bad tensors are reported with the nu
 }
 
 TEST_CASE("running out of memory in the middle of a forward leaves the context as it was", "[llama]") {
-  // A batch wider than any before makes the kernels' per-thread scratch grow inside the layers (the down
-  // projection's is wider than the others, so it grows after layer 0 has stored its keys and values). Failing
+  // A batch wider than any before makes the kernels' per-thread scratch grow inside the layers: the block
+  // kernels take the inputs that the model quantised (its own buffer grows before the layers), but the tiny
+  // model's output projection is F16, a float kernel whose scratch grows after layer 0 has stored its keys and
+  // values. Failing
   // the 1st, 2nd, ... allocation of the forward in turn reaches each of those points, on the caller or a worker.
   const auto weights = tiny_weights(WeightFormat::quantized_dot);
   const auto prompt = random_tokens(5, 96, 1), batch = random_tokens(40, 96, 2), next = random_tokens(3, 96, 3);

@@ -71,9 +71,11 @@ struct LoadOptions {
 /// position. A call that throws or has no tokens adds nothing. Nine clock reads a layer.
 struct ForwardProfile {
   double block_products = 0;  // the transformer blocks' weight products (Q/K/V, output, gate/up, down)
-  double attention = 0;       // scores, softmax and the weighted values, every layer
+  double attention = 0;       // scores, softmax and the weighted values, every layer (and quantising the
+                              // output projection's inputs)
   double output_head = 0;     // the final norm and the output head's product (logits)
-  double other = 0;           // buffers for the call, embedding rows, norms, RoPE, KV cache stores, SwiGLU
+  double other = 0;           // buffers for the call, embedding rows, norms, RoPE, KV cache stores, SwiGLU (the
+                              // norms and SwiGLU also quantise the next products' inputs)
   std::size_t forwards = 0;   // forward calls profiled
   std::size_t positions = 0;  // positions they computed
 
@@ -135,8 +137,7 @@ class Transformer {
       }
     score_stride_ = blocks_ * key_block;
     scores_.resize(pool_->threads() * (c.heads / c.kv_heads) * score_stride_);
-    const PanelEncoding encoding = weights_->layer(0).q.encoding();
-    input_digits_ = is_float_encoding(encoding) ? 0 : is_dot_encoding(encoding) ? 1 : 3;
+    input_digits_ = quantized_input_digits(weights_->format());
     attention_quantized_ = input_digits_ != 0 && (c.heads / c.kv_heads * c.head_dim) % quant_block == 0;
   }
 
@@ -317,9 +318,11 @@ class Transformer {
 
   /// gate = SiLU(gate)·up over n positions, each 32-column block then quantised for the down projection
   /// (quantize_for_next); from 2 positions up split across the threads in runs of whole blocks (swiglu's
-  /// arithmetic per element does not depend on the run it is in). With the norms split by rows, forwards at
-  /// context 318 took 0.98-0.99x the time at 5 and 9 positions and 0.999-1.01x at 1 and 2 (alternating call by
-  /// call with the one-thread code, 2 threads, 2026-12-02).
+  /// arithmetic per element does not depend on the run it is in). With the norms split by rows (runs of 16
+  /// elements then, nothing quantised here), forwards at context 318 took 0.98-0.99x the time at 5 and 9
+  /// positions and 0.999-1.01x at 1 and 2 (alternating call by call with the one-thread code, 2 threads,
+  /// 2026-12-02); quantising here and in the norms and attention, instead of on every thread in each product,
+  /// then took 0.98-0.99x at 2-9 positions (one run of 7: 1.02x) and 0.999-1.008x at 1.
   void swiglu_rows(std::size_t n) {
     const std::size_t ffn = config().ffn, count = n * ffn, runs = n == 1 ? 1 : pool_->threads();
     const std::size_t run = (count / runs + quant_block - 1) / quant_block * quant_block;

@@ -289,4 +289,10 @@ struct QuantizedInputs {
   int digits = 0;
 };
 
+/// Digits of the inputs that a format's block kernels take: 1 for quantized_dot, 3 for quantized, 0 (no
+/// quantised inputs) for the float formats.
+constexpr int quantized_input_digits(WeightFormat format) {
+  return format == WeightFormat::quantized_dot ? 1 : format == WeightFormat::quantized ? 3 : 0;
+}
+
 }  // namespace specdec::llama
