@@ -222,15 +222,13 @@ void block_products(benchmark::State& state, bool streamed) {
   for (auto& value : x) value = uniform(rng);
   // The inputs quantised once per width, as the forward's norms, attention and SwiGLU hand them to the products.
   const int digits = specdec::llama::quantized_input_digits(weights.format());
-  std::vector<std::vector<std::byte>> quantized;
-  const auto inputs = [&](std::size_t width) {
-    auto& bytes = quantized.emplace_back(n * (width / 32) * specdec::llama::detail::entry_bytes(digits));
-    for (std::size_t i = 0; i < n; ++i)
-      specdec::llama::detail::quantize_row_blocks(digits, x.data() + i * width, i, 0, width / 32, n, width / 32, bytes.data());
+  std::vector<std::byte> bytes_e, bytes_qw, bytes_ffn;
+  const auto inputs = [&](std::vector<std::byte>& bytes, std::size_t width) {
+    bytes.resize(n * (width / 32) * specdec::llama::detail::entry_bytes(digits));
+    specdec::llama::detail::quantize_inputs(digits, x.data(), width, n, width, bytes.data());
     return specdec::llama::QuantizedInputs{bytes.data(), digits};
   };
-  quantized.reserve(3);
-  const auto x_e = inputs(e), x_qw = inputs(qw), x_ffn = inputs(ffn);
+  const auto x_e = inputs(bytes_e, e), x_qw = inputs(bytes_qw, qw), x_ffn = inputs(bytes_ffn, ffn);
   auto& pool = *shared_pool();
   double macs = 0.0, bytes = 0.0;
   for (std::size_t l = 0; l < c.layers; ++l) {

@@ -360,16 +360,14 @@ TEST_CASE("matmul on inputs the caller quantised, row by row and block by block,
       CAPTURE(static_cast<int>(encoding), n);
       const auto x = random_inputs(n, cols, 29);
       std::vector<std::byte> whole(n * blocks * d::entry_bytes(digits)), pieces(whole.size(), std::byte{0x5a});
-      if (digits == 1) d::quantize_inputs<1>(x.data(), cols, n, cols, whole.data());
-      else d::quantize_inputs<3>(x.data(), cols, n, cols, whole.data());
+      d::quantize_inputs(digits, x.data(), cols, n, cols, whole.data());
       for (std::size_t b = blocks; b-- > 0;)  // blocks in reverse, positions in any order: each entry has one place
         for (std::size_t i = 0; i < n; ++i) d::quantize_row_blocks(digits, x.data() + i * cols, i, b, b + 1, n, blocks, pieces.data());
       REQUIRE(pieces == whole);
       // Other inputs' bytes handed over with x's floats: the product is the other inputs' (the bytes are used).
       const auto other = random_inputs(n, cols, 31);
       std::vector<std::byte> other_bytes(whole.size());
-      for (std::size_t i = 0; i < n; ++i)
-        d::quantize_row_blocks(digits, other.data() + i * cols, i, 0, blocks, n, blocks, other_bytes.data());
+      d::quantize_inputs(digits, other.data(), cols, n, cols, other_bytes.data());
       std::vector<float> own(n * rows), given(n * rows), ignored(n * rows);
       for (bool portable : {false, true}) {
         specdec::llama::matmul(MatmulOutput{&m.packed, own.data(), rows, false}, other.data(), cols, n, pool, portable);

@@ -138,7 +138,6 @@ class Transformer {
     score_stride_ = blocks_ * key_block;
     scores_.resize(pool_->threads() * (c.heads / c.kv_heads) * score_stride_);
     input_digits_ = quantized_input_digits(weights_->format());
-    attention_quantized_ = input_digits_ != 0 && (c.heads / c.kv_heads * c.head_dim) % quant_block == 0;
   }
 
   const LlamaConfig& config() const { return weights_->config(); }
@@ -232,7 +231,7 @@ class Transformer {
         clock.mark(&ForwardProfile::attention);
       });
       matmul(MatmulOutput{&w.o, x_.data(), e, true}, attn_.data(), qw, n, pool, false,
-             attention_quantized_ ? quantized(qw) : QuantizedInputs{});
+             attention_quantizes() ? quantized(qw) : QuantizedInputs{});
       clock.mark(products);
 
       // 3. MLP: norm, gate and up projections, SwiGLU, down projection + residual.
@@ -286,15 +285,24 @@ class Transformer {
   /// The inputs of cols columns that the last producer (a norm, attention or SwiGLU) quantised into xq_ for the
   /// block kernels, or none where it did not (float weights; cols not whole 32-column blocks).
   QuantizedInputs quantized(std::size_t cols) const {
-    if (input_digits_ == 0 || cols % quant_block != 0) return {};
+    if (!quantizes(cols)) return {};
     return {xq_.data()->bytes, input_digits_};
+  }
+
+  /// Whether inputs of cols columns are quantised by their producer: block weights, and whole 32-column blocks.
+  bool quantizes(std::size_t cols) const { return input_digits_ != 0 && cols % quant_block == 0; }
+
+  /// Whether the attention tasks quantise the output projection's inputs: each task writes whole blocks.
+  bool attention_quantizes() const {
+    const LlamaConfig& c = config();
+    return quantizes(c.heads * c.head_dim) && (c.heads / c.kv_heads * c.head_dim) % quant_block == 0;
   }
 
   /// Quantises blocks [first, last) of position i's row of cols inputs into xq_ for the next matmul call over n
   /// positions (what quantized(cols) hands it), where quantized(cols) hands anything.
   void quantize_for_next(const float* row, std::size_t i, std::size_t first, std::size_t last, std::size_t cols,
                          std::size_t n) {
-    if (input_digits_ == 0 || cols % quant_block != 0) return;
+    if (!quantizes(cols)) return;
     quantize_row_blocks(input_digits_, row, i, first, last, n, cols / quant_block, xq_.data()->bytes);
   }
 
@@ -329,7 +337,7 @@ class Transformer {
     pool_->parallel_for(runs, [&](std::size_t r, std::size_t) {
       const std::size_t begin = std::min(count, r * run), end = r + 1 == runs ? count : std::min(count, begin + run);
       swiglu(gate_.data() + begin, up_.data() + begin, end - begin);
-      if (ffn % quant_block != 0) return;
+      if (!quantizes(ffn)) return;
       for (std::size_t k = begin; k < end; k += quant_block) {
         const std::size_t i = k / ffn, b = k % ffn / quant_block;
         quantize_for_next(gate_.data() + i * ffn, i, b, b + 1, ffn, n);
@@ -416,6 +424,7 @@ class Transformer {
   void attention(const Cache& kv, const KeyBlocks<T>& keys_t, std::size_t layer, std::size_t start, std::size_t n) {
     const LlamaConfig& c = config();
     const std::size_t qw = c.heads * c.head_dim, d = c.head_dim, group = c.heads / c.kv_heads;
+    const bool quantize = attention_quantizes();
     pool_->parallel_for(n * c.kv_heads, [&](std::size_t task, std::size_t slot) {
       const std::size_t i = task / c.kv_heads, g = task % c.kv_heads, cache_layer = layer * c.kv_heads + g;
       AttentionGroup<T> a;
@@ -432,7 +441,7 @@ class Transformer {
       a.out = &attn_[i * qw + g * group * d];
       a.out_stride = d;
       attend_group(a);
-      if (attention_quantized_) {  // this task's blocks of the output projection's inputs
+      if (quantize) {  // this task's blocks of the output projection's inputs
         const std::size_t blocks = group * d / quant_block;
         quantize_for_next(&attn_[i * qw], i, g * blocks, (g + 1) * blocks, qw, n);
       }
@@ -470,8 +479,7 @@ class Transformer {
       return *this;
     }
   } profile_;
-  int input_digits_ = 0;             // digits of the block kernels' inputs (1 or 3), 0 for float weights
-  bool attention_quantized_ = false;  // whether attention tasks quantise the output projection's inputs
+  int input_digits_ = 0;       // digits of the block kernels' inputs (1 or 3), 0 for float weights
   std::size_t capacity_ = 0;   // positions the buffers below hold
   std::vector<float> x_;       // [capacity, embedding]: the residual stream
   std::vector<float> h_;       // [capacity, embedding]: normed input of a block

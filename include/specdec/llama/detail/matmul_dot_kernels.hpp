@@ -218,6 +218,13 @@ void quantize_inputs(const float* x, std::size_t x_stride, std::size_t positions
   for (std::size_t i = 0; i < positions; ++i) quantize_row_blocks<Digits>(x + i * x_stride, i, 0, blocks, positions, blocks, out);
 }
 
+/// quantize_inputs with the digit count as a value (1 or 3).
+inline void quantize_inputs(int digits, const float* x, std::size_t x_stride, std::size_t positions, std::size_t cols,
+                            std::byte* out) {
+  if (digits == 1) quantize_inputs<1>(x, x_stride, positions, cols, out);
+  else quantize_inputs<3>(x, x_stride, positions, cols, out);
+}
+
 /// Call `call`'s inputs quantised with `Digits` digits: `given` when the caller quantised them already (see
 /// QuantizedInputs), else this thread's own copy (made on the thread's first block of the call).
 template <int Digits>
@@ -422,9 +429,8 @@ void matmul_panels_dot_avx512(const MatmulOutput& out, std::size_t first, std::s
   const std::byte* xq = prepared_quantized_inputs<Digits>(x, x_stride, positions, out.weights->cols(), call, given);
   // The run's first panel is asked for whole, into L2, before its first block is used: from 2 positions up (5
   // for one-digit q8_0) the panel kernel's prefetch covers the panels after it (below that, this is the only
-  // software prefetch), and
-  // the demand loads alone found the first one cold (quantized_dot forwards at context 318 took 0.97-0.99x the
-  // time at 2-7 positions with this, 0.98-1.00x at 1, alternating call by call).
+  // software prefetch), and the demand loads alone found the first one cold (quantized_dot forwards at context
+  // 318 took 0.97-0.99x the time at 2-7 positions with this, 0.98-1.00x at 1, alternating call by call).
   if (first < last) {
     const auto* first_panel = reinterpret_cast<const char*>(out.weights->panel(first));
     for (std::size_t line = 0; line < out.weights->panel_bytes(); line += 64) _mm_prefetch(first_panel + line, _MM_HINT_T1);
@@ -450,7 +456,7 @@ void matmul_panels_dot_avx512(const MatmulOutput& out, std::size_t first, std::s
 /// Output panels [first, last) of `out` for all positions.
 inline void matmul_panels(const MatmulOutput& out, std::size_t first, std::size_t last, const float* x,
                           std::size_t x_stride, std::size_t positions, bool portable, std::uint64_t call,
-                          QuantizedInputs given = {}) {
+                          QuantizedInputs given) {
 #if defined(__AVX512F__)
   if (!portable) {
     switch (out.weights->encoding()) {
