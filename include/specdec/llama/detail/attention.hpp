@@ -12,8 +12,13 @@
 #include <cstddef>
 #include <cstdint>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
+#endif
+
+// The AVX2 twins below serve CPUs without AVX-512 (they need FMA and F16C too).
+#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define SPECDEC_ATTENTION_AVX2 1
 #endif
 
 #include "specdec/llama/quant.hpp"
@@ -69,12 +74,36 @@ inline __m512 exp16(__m512 x) {
 }
 #endif
 
+#if defined(SPECDEC_ATTENTION_AVX2)
+/// exp_approx on 8 lanes, the same operations in the same order.
+inline __m256 exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+  const __m256 k = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+  const __m256 neg_k = _mm256_sub_ps(_mm256_setzero_ps(), k);
+  __m256 r = _mm256_fmadd_ps(neg_k, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fmadd_ps(neg_k, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 pr = _mm256_mul_ps(p, r);
+  const __m256 e = _mm256_add_ps(_mm256_fmadd_ps(pr, r, r), _mm256_set1_ps(1.0f));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(k), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(e, _mm256_castsi256_ps(bits));
+}
+#endif
+
 /// v[i] = e^(v[i] − shift) for i < n.
 inline void exp_shifted(float* v, std::size_t n, float shift) {
   std::size_t i = 0;
 #if defined(__AVX512F__)
   const __m512 s = _mm512_set1_ps(shift);
   for (; i + 16 <= n; i += 16) _mm512_storeu_ps(v + i, exp16(_mm512_sub_ps(_mm512_loadu_ps(v + i), s)));
+#elif defined(SPECDEC_ATTENTION_AVX2)
+  const __m256 s = _mm256_set1_ps(shift);
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(v + i, exp8(_mm256_sub_ps(_mm256_loadu_ps(v + i), s)));
 #endif
   for (; i < n; ++i) v[i] = exp_approx(v[i] - shift);
 }
@@ -88,6 +117,13 @@ inline void swiglu(float* gate, const float* up, std::size_t n) {
     const __m512 g = _mm512_loadu_ps(gate + i);
     const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
     _mm512_storeu_ps(gate + i, _mm512_mul_ps(silu, _mm512_loadu_ps(up + i)));
+  }
+#elif defined(SPECDEC_ATTENTION_AVX2)
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (const std::size_t body = n / 8 * 8; i < body; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
   }
 #endif
   for (; i < n; ++i) gate[i] = gate[i] / (1.0f + exp_approx(-gate[i])) * up[i];
@@ -314,6 +350,59 @@ struct ValueStep {
 };
 #endif
 
+#if defined(SPECDEC_ATTENTION_AVX2)
+/// 8 stored keys or values as floats (half precision widened exactly by vcvtph2ps).
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const std::uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+/// Scores of one head for all keys, 16 keys per step as two 8-lane halves (4 chains each: 8 accumulators, so
+/// one head at a time fits AVX2's 16 registers). requires: d % 4 == 0.
+template <class T>
+void head_scores_avx2(const AttentionGroup<T>& a, std::size_t h) {
+  const std::size_t part = a.d / 4, blocks = (a.keys + key_block - 1) / key_block;
+  const float* q = a.q + h * a.q_stride;
+  const __m256 scale = _mm256_set1_ps(a.scale);
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const T* block = a.keys_t + b * a.d * key_block;
+    __m256 acc[4][2];
+    for (int m = 0; m < 4; ++m) {
+      const T* k = block + m * part * key_block;
+      const __m256 qv = _mm256_set1_ps(q[m * part]);
+      for (int half = 0; half < 2; ++half) acc[m][half] = _mm256_mul_ps(qv, load8(k + 8 * half));
+    }
+    for (std::size_t c = 1; c < part; ++c)
+      for (int m = 0; m < 4; ++m) {
+        const std::size_t col = m * part + c;
+        const __m256 qv = _mm256_set1_ps(q[col]);
+        for (int half = 0; half < 2; ++half)
+          acc[m][half] = _mm256_fmadd_ps(qv, load8(block + col * key_block + 8 * half), acc[m][half]);
+      }
+    for (int half = 0; half < 2; ++half) {
+      const __m256 total = _mm256_add_ps(_mm256_add_ps(acc[0][half], acc[1][half]), _mm256_add_ps(acc[2][half], acc[3][half]));
+      _mm256_storeu_ps(a.scores + h * a.score_stride + b * key_block + 8 * half, _mm256_mul_ps(total, scale));
+    }
+  }
+}
+
+/// Output row of one head for 64 columns at c0: per element an fma chain over keys in order.
+template <class T>
+void head_values_avx2(const AttentionGroup<T>& a, std::size_t h, std::size_t c0, float inverse) {
+  __m256 acc[8];
+  for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
+  const float* p = a.scores + h * a.score_stride;
+  for (std::size_t j = 0; j < a.keys; ++j) {
+    const T* row = a.values + j * a.d + c0;
+    const __m256 w = _mm256_set1_ps(p[j]);
+    for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(w, load8(row + 8 * i), acc[i]);
+  }
+  float* out = a.out + h * a.out_stride + c0;
+  const __m256 inv = _mm256_set1_ps(inverse);
+  for (int i = 0; i < 8; ++i) _mm256_storeu_ps(out + 8 * i, _mm256_mul_ps(acc[i], inv));
+}
+#endif
+
 /// out[h] = softmax(q_h·Kᵀ·scale)·V over keys 0..keys−1 for each query head h of a group sharing one kv head.
 /// requires: heads <= 64. `portable` forces the portable path (same bits).
 template <class T>
@@ -324,6 +413,15 @@ void attend_group(const AttentionGroup<T>& a, bool portable = false) {
     float inverse[64];
     softmax_rows(a, inverse);
     for (std::size_t c0 = 0; c0 < a.d; c0 += 64) for_head_chunks<ValueStep>(a.heads, a, c0, inverse);
+    return;
+  }
+#elif defined(SPECDEC_ATTENTION_AVX2)
+  if (!portable && a.d % 64 == 0) {
+    for (std::size_t h = 0; h < a.heads; ++h) head_scores_avx2(a, h);
+    float inverse[64];
+    softmax_rows(a, inverse);
+    for (std::size_t h = 0; h < a.heads; ++h)
+      for (std::size_t c0 = 0; c0 < a.d; c0 += 64) head_values_avx2(a, h, c0, inverse[h]);
     return;
   }
 #endif

@@ -182,6 +182,45 @@ inline void quantize_block_wide(const float* xb, std::byte* e) {
 #pragma GCC diagnostic pop
 #endif
 
+/// A panel kernel of the block encodings: one panel × P positions, xq the position group's entries.
+using DotKernelFn = void (*)(const MatmulOutput&, std::size_t, const std::byte*);
+
+/// Calls run(type, digits) with the block encoding's weight type and input digit count as constants
+/// (std::integral_constant); false for the float encodings.
+template <class Run>
+bool with_block_encoding(PanelEncoding encoding, Run&& run) {
+  using E = PanelEncoding;
+  const auto call = [&](auto type, auto digits) { return run(type, digits), true; };
+  switch (encoding) {
+    case E::q8_0: return call(std::integral_constant<E, E::q8_0>{}, std::integral_constant<int, 3>{});
+    case E::q4_0: return call(std::integral_constant<E, E::q4_0>{}, std::integral_constant<int, 3>{});
+    case E::q4_1: return call(std::integral_constant<E, E::q4_1>{}, std::integral_constant<int, 3>{});
+    case E::q8_0_dot: return call(std::integral_constant<E, E::q8_0>{}, std::integral_constant<int, 1>{});
+    case E::q4_0_dot: return call(std::integral_constant<E, E::q4_0>{}, std::integral_constant<int, 1>{});
+    case E::q4_1_dot: return call(std::integral_constant<E, E::q4_1>{}, std::integral_constant<int, 1>{});
+    default: return false;
+  }
+}
+
+/// Runs panels [first, last) for every group of positions with kernels[count - 1], a few panels at a time so
+/// that their weights stay in cache while every position group passes. xq: all positions' entries.
+template <std::size_t N>
+void run_dot_kernels(const std::array<DotKernelFn, N>& kernels, const MatmulOutput& out, std::size_t first,
+                     std::size_t last, std::size_t positions, const std::byte* xq, int digits) {
+  const std::size_t blocks = out.weights->cols() / quant_block;
+  constexpr std::size_t block = 4;  // panels whose weights stay in cache while every position group passes
+  for (std::size_t b = first; b < last; b += block) {
+    const std::size_t block_end = std::min(last, b + block);
+    for (std::size_t g = 0; g < group_count(positions); ++g) {
+      const std::size_t begin = group_begin(positions, g), count = group_begin(positions, g + 1) - begin;
+      const std::byte* xg = xq + begin * blocks * entry_bytes(digits);
+      MatmulOutput og = out;
+      og.y = out.y + begin * out.y_stride;
+      for (std::size_t p = b; p < block_end; ++p) kernels[count - 1](og, p, xg);
+    }
+  }
+}
+
 /// Byte offset of the entry of (position i, block b) among `positions` positions' inputs of `blocks` blocks
 /// each, in the group layout above.
 inline std::size_t entry_offset(std::size_t positions, std::size_t i, std::size_t b, std::size_t blocks, int digits) {
@@ -410,8 +449,6 @@ void panel_kernel_qdot(const MatmulOutput& out, std::size_t panel, const std::by
   store_panels<R, P>(out, panel, acc);
 }
 
-using DotKernelFn = void (*)(const MatmulOutput&, std::size_t, const std::byte*);
-
 template <PanelEncoding Type, int Digits, int R, int... P>
 constexpr std::array<DotKernelFn, sizeof...(P)> dot_kernel_table(std::integer_sequence<int, P...>) {
   return {&panel_kernel_qdot<Type, Digits, R, P + 1>...};
@@ -425,7 +462,6 @@ void matmul_panels_dot_avx512(const MatmulOutput& out, std::size_t first, std::s
   // measured slower, from spills).
   static constexpr auto single =
       dot_kernel_table<Type, Digits, 1>(std::make_integer_sequence<int, max_position_group>{});
-  const std::size_t blocks = out.weights->cols() / quant_block;
   const std::byte* xq = prepared_quantized_inputs<Digits>(x, x_stride, positions, out.weights->cols(), call, given);
   // The run's first panel is asked for whole, into L2, before its first block is used: from 2 positions up (5
   // for one-digit q8_0) the panel kernel's prefetch covers the panels after it (below that, this is the only
@@ -435,22 +471,135 @@ void matmul_panels_dot_avx512(const MatmulOutput& out, std::size_t first, std::s
     const auto* first_panel = reinterpret_cast<const char*>(out.weights->panel(first));
     for (std::size_t line = 0; line < out.weights->panel_bytes(); line += 64) _mm_prefetch(first_panel + line, _MM_HINT_T1);
   }
-  constexpr std::size_t block = 4;  // panels whose weights stay in cache while every position group passes
-  for (std::size_t b = first; b < last; b += block) {
-    const std::size_t block_end = std::min(last, b + block);
-    for (std::size_t g = 0; g < group_count(positions); ++g) {
-      const std::size_t begin = group_begin(positions, g), count = group_begin(positions, g + 1) - begin;
-      const std::byte* xg = xq + begin * blocks * entry_bytes(Digits);
-      MatmulOutput og = out;
-      og.y = out.y + begin * out.y_stride;
-      for (std::size_t p = b; p < block_end; ++p) single[count - 1](og, p, xg);
-    }
-  }
+  run_dot_kernels(single, out, first, last, positions, xq, Digits);
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
 #endif  // __AVX512VNNI__
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !defined(__AVX512VNNI__)
+// ---------------------------------------------------------------------------------------------------------
+// AVX2 kernels of the block encodings, for CPUs without AVX-512 VNNI: the same exact integer sums and the same
+// float sequence per (row, position) as the portable twin, on 8-row halves of a panel.
+//
+// The integer dot products use vpmaddubsw (unsigned × signed bytes, adjacent pairs added in 16 bits with
+// saturation) and vpmaddwd, arranged so that nothing saturates: the unsigned operand is always a nibble (q4's
+// quants; q8_0's stored bytes q + 128 split into two nibbles, hi·16 + lo) and the input digits lie in
+// [−128, 127], so a pair is at most 3,840 in magnitude and 8 column groups add up to at most 30,720 < 2^15.
+// Integer sums are exact in any order, so the bits equal the portable twin's.
+#define SPECDEC_HAVE_AVX2_DOT 1
+
+/// 8 half-precision numbers widened to float (exact).
+SPECDEC_ALWAYS_INLINE __m256 load_f16x8(const std::byte* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+/// One half (8 rows) of one panel × P positions of a block matrix with Digits-digit inputs.
+template <PanelEncoding Type, int Digits, int P>
+void half_panel_kernel_qdot_avx2(const MatmulOutput& out, std::size_t panel, int half, const std::byte* xq) {
+  constexpr bool has_min = Type == PanelEncoding::q4_1, q8 = Type == PanelEncoding::q8_0;
+  constexpr std::int32_t offset = q8 ? 128 : Type == PanelEncoding::q4_0 ? 8 : 0;
+  constexpr std::size_t block_bytes = panel_block_bytes(Type), q_offset = (has_min ? 4 : 2) * panel_rows;
+  constexpr std::size_t entry = entry_bytes(Digits);
+  const PackedMatrix& w = *out.weights;
+  const std::byte* panel_bytes = w.panel(panel);
+  const std::size_t quants = q_offset + 32 * static_cast<std::size_t>(half);  // this half's rows in a vector
+  const std::size_t scales = 16 * static_cast<std::size_t>(half);
+  __m256 acc[P];
+  for (int p = 0; p < P; ++p) acc[p] = _mm256_setzero_ps();
+  const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const std::size_t blocks = w.cols() / quant_block;
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const std::byte* block = panel_bytes + b * block_bytes;
+    const std::byte* xb = xq + b * P * entry;
+    // Σ_g nibbles[g]·(digit t's bytes 4g..4g+3 of position p), 16 bits per pair of columns, as 32-bit row sums
+    const auto nibble_dot = [&](const __m256i* nib, int groups, int first_group, int p, int t) SPECDEC_ALWAYS_INLINE_LAMBDA {
+      const std::byte* e = xb + p * entry + 32 * t;
+      __m256i s16 = _mm256_setzero_si256();
+      for (int g = 0; g < groups; ++g)
+        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(nib[g], _mm256_set1_epi32(gguf::detail::load_i32(e + 4 * (first_group + g)))));
+      return _mm256_madd_epi16(s16, ones);
+    };
+    __m256i sums[P][Digits];  // exact Σ stored·x per (position, digit)
+    if constexpr (q8) {
+      for (int p = 0; p < P; ++p)
+        for (int t = 0; t < Digits; ++t) sums[p][t] = _mm256_setzero_si256();
+      for (int first = 0; first < 8; first += 4) {  // 4 column groups at a time: 8 registers of nibbles
+        __m256i lo[4], hi[4];
+        for (int g = 0; g < 4; ++g) {
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + quants + 64 * (first + g)));
+          lo[g] = _mm256_and_si256(v, low);
+          hi[g] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+        }
+        for (int p = 0; p < P; ++p)
+          for (int t = 0; t < Digits; ++t)
+            sums[p][t] = _mm256_add_epi32(sums[p][t], _mm256_add_epi32(_mm256_slli_epi32(nibble_dot(hi, 4, first, p, t), 4),
+                                                                       nibble_dot(lo, 4, first, p, t)));
+      }
+    } else {
+      __m256i q[8];
+      for (int g = 0; g < 4; ++g) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + quants + 64 * g));
+        q[g] = _mm256_and_si256(v, low);                             // columns 4g .. 4g+3
+        q[g + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);  // columns 16+4g .. 16+4g+3
+      }
+      for (int p = 0; p < P; ++p)
+        for (int t = 0; t < Digits; ++t) sums[p][t] = nibble_dot(q, 8, 0, p, t);
+    }
+    const __m256 d = load_f16x8(block + scales);
+    const __m256 m = has_min ? load_f16x8(block + 2 * panel_rows + scales) : _mm256_setzero_ps();
+    for (int p = 0; p < P; ++p) {
+      const std::byte* e = xb + p * entry;
+      std::int32_t digit_sums[Digits];
+      float scale, mx;  // one digit: dx and dx·Σxq; three: 2^-s and float(ΣX)·2^-s
+      std::memcpy(digit_sums, e + (Digits == 1 ? 40 : 96), sizeof digit_sums);
+      std::memcpy(&scale, e + (Digits == 1 ? 32 : 108), 4);
+      std::memcpy(&mx, e + (Digits == 1 ? 36 : 112), 4);
+      __m256i s[Digits];
+      for (int t = 0; t < Digits; ++t) s[t] = _mm256_sub_epi32(sums[p][t], _mm256_set1_epi32(offset * digit_sums[t]));
+      if constexpr (Digits == 1) {
+        acc[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[0]), _mm256_mul_ps(d, _mm256_set1_ps(scale)), acc[p]);
+      } else {
+        const __m256 low_mid = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_slli_epi32(s[1], 8), s[0]));
+        const __m256 t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[2]), _mm256_set1_ps(65536.0f), low_mid);
+        acc[p] = _mm256_fmadd_ps(_mm256_mul_ps(t, _mm256_set1_ps(scale)), d, acc[p]);
+      }
+      if constexpr (has_min) acc[p] = _mm256_fmadd_ps(m, _mm256_set1_ps(mx), acc[p]);
+    }
+  }
+  const std::size_t row0 = panel * panel_rows + 8 * static_cast<std::size_t>(half);
+  if (row0 >= w.rows()) return;
+  const std::size_t lanes = std::min<std::size_t>(8, w.rows() - row0);
+  for (int p = 0; p < P; ++p) {
+    float v[8];
+    _mm256_storeu_ps(v, acc[p]);
+    float* y = out.y + p * out.y_stride + row0;
+    for (std::size_t l = 0; l < lanes; ++l) y[l] = out.accumulate ? y[l] + v[l] : v[l];
+  }
+}
+
+template <PanelEncoding Type, int Digits, int P>
+void panel_kernel_qdot_avx2(const MatmulOutput& out, std::size_t panel, const std::byte* xq) {
+  half_panel_kernel_qdot_avx2<Type, Digits, P>(out, panel, 0, xq);
+  half_panel_kernel_qdot_avx2<Type, Digits, P>(out, panel, 1, xq);
+}
+
+template <PanelEncoding Type, int Digits, int... P>
+constexpr std::array<DotKernelFn, sizeof...(P)> dot_kernel_table_avx2(std::integer_sequence<int, P...>) {
+  return {&panel_kernel_qdot_avx2<Type, Digits, P + 1>...};
+}
+
+/// Output panels [first, last) of a block matrix for all positions, in groups of at most 16.
+template <PanelEncoding Type, int Digits>
+void matmul_panels_dot_avx2(const MatmulOutput& out, std::size_t first, std::size_t last, const float* x,
+                            std::size_t x_stride, std::size_t positions, std::uint64_t call, QuantizedInputs given) {
+  static constexpr auto kernels =
+      dot_kernel_table_avx2<Type, Digits>(std::make_integer_sequence<int, max_position_group>{});
+  const std::byte* xq = prepared_quantized_inputs<Digits>(x, x_stride, positions, out.weights->cols(), call, given);
+  run_dot_kernels(kernels, out, first, last, positions, xq, Digits);
+}
+#endif  // AVX2 without AVX-512 VNNI
 
 
 /// Output panels [first, last) of `out` for all positions.
@@ -467,29 +616,21 @@ inline void matmul_panels(const MatmulOutput& out, std::size_t first, std::size_
 #else
       case PanelEncoding::bf16_dot: break;  // no BF16 dot instruction: the portable path emulates it
 #endif
-#if defined(__AVX512VNNI__)
-      case PanelEncoding::q8_0:
-        return matmul_panels_dot_avx512<PanelEncoding::q8_0, 3>(out, first, last, x, x_stride, positions, call, given);
-      case PanelEncoding::q4_0:
-        return matmul_panels_dot_avx512<PanelEncoding::q4_0, 3>(out, first, last, x, x_stride, positions, call, given);
-      case PanelEncoding::q4_1:
-        return matmul_panels_dot_avx512<PanelEncoding::q4_1, 3>(out, first, last, x, x_stride, positions, call, given);
-      case PanelEncoding::q8_0_dot:
-        return matmul_panels_dot_avx512<PanelEncoding::q8_0, 1>(out, first, last, x, x_stride, positions, call, given);
-      case PanelEncoding::q4_0_dot:
-        return matmul_panels_dot_avx512<PanelEncoding::q4_0, 1>(out, first, last, x, x_stride, positions, call, given);
-      case PanelEncoding::q4_1_dot:
-        return matmul_panels_dot_avx512<PanelEncoding::q4_1, 1>(out, first, last, x, x_stride, positions, call, given);
-#else
-      case PanelEncoding::q8_0:
-      case PanelEncoding::q4_0:
-      case PanelEncoding::q4_1:
-      case PanelEncoding::q8_0_dot:
-      case PanelEncoding::q4_0_dot:
-      case PanelEncoding::q4_1_dot: break;  // no VNNI: the portable twin gives the same bits
-#endif
+      default: break;
     }
+#if defined(__AVX512VNNI__)
+    const auto run = [&](auto type, auto digits) {
+      matmul_panels_dot_avx512<type(), digits()>(out, first, last, x, x_stride, positions, call, given);
+    };
+    if (with_block_encoding(out.weights->encoding(), run)) return;
+#endif
   }
+#endif
+#if defined(SPECDEC_HAVE_AVX2_DOT)
+  const auto run = [&](auto type, auto digits) {
+    matmul_panels_dot_avx2<type(), digits()>(out, first, last, x, x_stride, positions, call, given);
+  };
+  if (!portable && with_block_encoding(out.weights->encoding(), run)) return;  // float encodings: portable below
 #endif
   (void)portable;
   if (!is_float_encoding(out.weights->encoding()))
