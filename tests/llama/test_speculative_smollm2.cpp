@@ -61,7 +61,8 @@ TEST_CASE("greedy speculative output equals plain greedy output on SmolLM2 for e
       SpeculativeDecoder with_deep(deep, target);
       std::size_t accepted = 0;
 #if defined(__SANITIZE_ADDRESS__)
-      const std::vector<std::size_t> ks = {1, 2, 5, 12};  // ASan runs ~10x slower: a thinner sweep there
+      // ASan runs ~15x slower (18 minutes for k = 1, 2, 5, 12 on a 2-core AVX2 machine): a thinner sweep there
+      const std::vector<std::size_t> ks = {2, 12};
 #else
       const std::vector<std::size_t> ks = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
 #endif
