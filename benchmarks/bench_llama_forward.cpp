@@ -11,11 +11,12 @@
 // measured just before and just after this benchmark's timed loop, their mean), floor_fraction (bandwidth
 // floor time / measured time, against that adjacent bandwidth; 1 = memory-bound at full bandwidth), and for f32
 // and bf16 fma_fraction (n·weights multiply-adds / time, against the BM_FmaPeak rate measured once at
-// start-up; 1 = that rate, one 16-lane FMA per cycle per core on Zen 4). The shared machine's memory bandwidth
-// drifts by 2x over minutes, so a floor measured once for the whole run says little about a benchmark run
-// minutes later.
-// BM_MemoryBandwidth: read bandwidth of a 256 MB sum, best of 3. BM_FmaPeak: 16-lane FMAs per second with
-// every thread issuing independent FMAs from registers. BM_VnniPeak: the same for vpdpbusd (64 byte products).
+// start-up; 1 = that rate, one 16-lane FMA per cycle per core on Zen 4; 8-lane FMAs on CPUs without
+// AVX-512). The shared machine's memory bandwidth drifts by 2x over minutes, so a floor measured once for the
+// whole run says little about a benchmark run minutes later.
+// BM_MemoryBandwidth: read bandwidth of a 256 MB sum, best of 3. BM_FmaPeak: vector FMAs per second (16 lanes,
+// or 8 without AVX-512: the `lanes` counter) with every thread issuing independent FMAs from registers.
+// BM_VnniPeak: the same for vpdpbusd (64 byte products).
 // BM_BlockProducts_{streamed,cached}/<n>: the transformer blocks' weight products alone (quantized_dot, the four
 // matmul calls of each layer in the forward's order, W_o and W_down adding into their outputs as the residual
 // does, random inputs quantised once beforehand, as the forward's norms, attention and SwiGLU hand them over), n
@@ -126,13 +127,40 @@ double issue_rate(Kernel kernel) {
       :                                                                                                          \
       : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",  \
         "xmm13", "cc")
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__GNUC__)
+// The same loop on ymm registers, for the AVX2 kernels.
+#define SPECDEC_PEAK_LOOP_YMM(op)                                                                                 \
+  __asm__ volatile(                                                                                              \
+      "vpxor %%ymm0, %%ymm0, %%ymm0\n vmovdqa %%ymm0, %%ymm1\n vmovdqa %%ymm0, %%ymm2\n"                         \
+      "vmovdqa %%ymm0, %%ymm3\n vmovdqa %%ymm0, %%ymm4\n vmovdqa %%ymm0, %%ymm5\n"                                \
+      "vmovdqa %%ymm0, %%ymm6\n vmovdqa %%ymm0, %%ymm7\n vmovdqa %%ymm0, %%ymm8\n"                                \
+      "vmovdqa %%ymm0, %%ymm9\n vmovdqa %%ymm0, %%ymm10\n vmovdqa %%ymm0, %%ymm11\n"                              \
+      "vmovdqa %%ymm0, %%ymm12\n vmovdqa %%ymm0, %%ymm13\n"                                                      \
+      "1:\n" op " %%ymm12, %%ymm13, %%ymm0\n" op " %%ymm12, %%ymm13, %%ymm1\n" op " %%ymm12, %%ymm13, %%ymm2\n" \
+      op " %%ymm12, %%ymm13, %%ymm3\n" op " %%ymm12, %%ymm13, %%ymm4\n" op " %%ymm12, %%ymm13, %%ymm5\n"          \
+      op " %%ymm12, %%ymm13, %%ymm6\n" op " %%ymm12, %%ymm13, %%ymm7\n" op " %%ymm12, %%ymm13, %%ymm8\n"          \
+      op " %%ymm12, %%ymm13, %%ymm9\n" op " %%ymm12, %%ymm13, %%ymm10\n" op " %%ymm12, %%ymm13, %%ymm11\n"        \
+      "dec %0\n jnz 1b\n vzeroupper\n"                                                                           \
+      : "+r"(n)                                                                                                  \
+      :                                                                                                          \
+      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",  \
+        "xmm13", "cc")
 #endif
 
-/// 16-lane float multiply-adds per second (issue_rate of vfmadd231ps): the machine's compute peak for the float
-/// kernels. 0 without AVX-512.
+/// Float lanes of the vector FMA that the float kernels use: 16 with AVX-512, 8 with AVX2.
+#if defined(__AVX512F__)
+constexpr double fma_lanes = 16;
+#else
+constexpr double fma_lanes = 8;
+#endif
+
+/// Vector float multiply-adds per second (issue_rate of vfmadd231ps on zmm with AVX-512, on ymm with AVX2): the
+/// machine's compute peak for the float kernels. 0 without either.
 double measure_fma_peak() {
 #if defined(__AVX512F__) && defined(__GNUC__)
   return issue_rate([](long n) { SPECDEC_PEAK_LOOP("vfmadd231ps"); });
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__GNUC__)
+  return issue_rate([](long n) { SPECDEC_PEAK_LOOP_YMM("vfmadd231ps"); });
 #else
   return 0.0;
 #endif
@@ -195,7 +223,7 @@ void forward(benchmark::State& state, WeightFormat format) {
   state.counters["floor_fraction"] = benchmark::Counter(bytes / bandwidth, benchmark::Counter::kIsIterationInvariantRate);
   const double bytes_per_weight = format == WeightFormat::f32 ? 4.0 : format == WeightFormat::bf16 ? 2.0 : 0.0;
   if (bytes_per_weight > 0 && fma_peak() > 0) {
-    const double vector_fmas = bytes / bytes_per_weight * double(state.range(0)) / 16;
+    const double vector_fmas = bytes / bytes_per_weight * double(state.range(0)) / fma_lanes;
     state.counters["fma_fraction"] =
         benchmark::Counter(vector_fmas / fma_peak(), benchmark::Counter::kIsIterationInvariantRate);
   }
@@ -284,7 +312,8 @@ void BM_MemoryBandwidth(benchmark::State& state) {
 }
 
 void BM_FmaPeak(benchmark::State& state) {
-  report_peak(state, fma_peak, "vector_FMA_per_ns", "needs AVX-512 and GCC-style inline assembly");
+  report_peak(state, fma_peak, "vector_FMA_per_ns", "needs AVX-512 or AVX2 and FMA, and GCC-style inline assembly");
+  state.counters["lanes"] = fma_lanes;
 }
 
 // "min" beside mean/median/stddev when run with --benchmark_repetitions: the figure least disturbed by other

@@ -39,7 +39,8 @@ enum class WeightFormat {
   f32,        ///< the GGUF weights dequantised to float, exactly
   bf16,       ///< the dequantised weights rounded to bfloat16 (half the bytes of f32), float activations
   bf16_dot,   ///< bf16 weights, and activations rounded to bf16 inside each product (AVX-512 BF16 dot products:
-              ///< twice the multiply rate of f32; the one format whose arithmetic differs from float math)
+              ///< twice the multiply rate of f32; the one format whose arithmetic differs from float math).
+              ///< Without AVX-512 BF16, float products of the bf16-rounded activations (the bf16 kernels)
   quantized,  ///< Q4_0 / Q4_1 / Q8_0 blocks kept as they are, multiplied as integers (VNNI dot products) with the
               ///< inputs as 24-bit integers per 32-column block, split into three int8 digits: about as precise as
               ///< float products (every input within 2^-23 of its block's largest); other tensor types as f32.

@@ -609,12 +609,17 @@ inline void matmul_panels(const MatmulOutput& out, std::size_t first, std::size_
 #if defined(__AVX512F__)
   if (!portable) {
     switch (out.weights->encoding()) {
-      case PanelEncoding::f32: return matmul_panels_avx512<VisitF32>(out, first, last, x, x_stride, positions, call);
-      case PanelEncoding::bf16: return matmul_panels_avx512<VisitBf16>(out, first, last, x, x_stride, positions, call);
+      case PanelEncoding::f32:
+        return matmul_panels_avx512<VisitF32, InputLayout::floats>(out, first, last, x, x_stride, positions, call);
+      case PanelEncoding::bf16:
+        return matmul_panels_avx512<VisitBf16, InputLayout::floats>(out, first, last, x, x_stride, positions, call);
 #if defined(__AVX512BF16__)
-      case PanelEncoding::bf16_dot: return matmul_panels_avx512<DotBf16>(out, first, last, x, x_stride, positions, call);
+      case PanelEncoding::bf16_dot:
+        return matmul_panels_avx512<DotBf16, InputLayout::bf16_pairs>(out, first, last, x, x_stride, positions, call);
 #else
-      case PanelEncoding::bf16_dot: break;  // no BF16 dot instruction: the portable path emulates it
+      case PanelEncoding::bf16_dot:  // no BF16 dot instruction: bf16 products of bf16-rounded inputs, as portable
+        return matmul_panels_avx512<VisitBf16, InputLayout::bf16_rounded>(out, first, last, x, x_stride, positions,
+                                                                           call);
 #endif
       default: break;
     }
@@ -626,11 +631,25 @@ inline void matmul_panels(const MatmulOutput& out, std::size_t first, std::size_
 #endif
   }
 #endif
+#if defined(SPECDEC_HAVE_AVX2_FLOAT)
+  if (!portable) {
+    switch (out.weights->encoding()) {
+      case PanelEncoding::f32:
+        return matmul_panels_avx2<VisitF32Avx2, InputLayout::floats>(out, first, last, x, x_stride, positions, call);
+      case PanelEncoding::bf16:
+        return matmul_panels_avx2<VisitBf16Avx2, InputLayout::floats>(out, first, last, x, x_stride, positions, call);
+      case PanelEncoding::bf16_dot:
+        return matmul_panels_avx2<VisitBf16Avx2, InputLayout::bf16_rounded>(out, first, last, x, x_stride, positions,
+                                                                            call);
+      default: break;
+    }
+  }
+#endif
 #if defined(SPECDEC_HAVE_AVX2_DOT)
   const auto run = [&](auto type, auto digits) {
     matmul_panels_dot_avx2<type(), digits()>(out, first, last, x, x_stride, positions, call, given);
   };
-  if (!portable && with_block_encoding(out.weights->encoding(), run)) return;  // float encodings: portable below
+  if (!portable && with_block_encoding(out.weights->encoding(), run)) return;
 #endif
   (void)portable;
   if (!is_float_encoding(out.weights->encoding()))
