@@ -1,4 +1,5 @@
 // Tests of the thread pool, the packed weight formats, the batch-invariant matrix kernel and attention.
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -221,6 +222,23 @@ TEST_CASE("every encoding gives the same bits on the vector and portable paths",
         REQUIRE(std::memcmp(fast.data(), portable.data(), fast.size() * sizeof(float)) == 0);
       }
     }
+}
+
+TEST_CASE("a matrix with no columns gives zeros, or leaves accumulated outputs as they were", "[kernels]") {
+  ThreadPool pool(2);
+  const std::size_t rows = 20;
+  for (auto encoding : all_encodings)
+    for (bool portable : {false, true})
+      for (std::size_t n : {1, 2, 9}) {
+        CAPTURE(static_cast<int>(encoding), portable, n);
+        const auto m = random_matrix(encoding, rows, 0, 3);
+        const float x[1] = {0.0f};
+        std::vector<float> y(n * rows, 5.0f);
+        specdec::llama::matmul(MatmulOutput{&m.packed, y.data(), rows, true}, x, 0, n, pool, portable);
+        REQUIRE(std::all_of(y.begin(), y.end(), [](float v) { return v == 5.0f; }));
+        specdec::llama::matmul(MatmulOutput{&m.packed, y.data(), rows, false}, x, 0, n, pool, portable);
+        REQUIRE(std::all_of(y.begin(), y.end(), [](float v) { return v == 0.0f; }));
+      }
 }
 
 TEST_CASE("the integer dot encodings stay within int8 input rounding of the exact float product", "[kernels]") {

@@ -312,6 +312,7 @@ void matmul_panels_avx512(const MatmulOutput& out, std::size_t first, std::size_
 
 /// The visitors hand fn(w, k) the weights of column k for R panels × H halves, starting at half `half`.
 struct VisitF32Avx2 {
+  static constexpr std::size_t column_bytes = panel_rows * 4;  // one panel's bytes per column
   template <int R, int H, class Fn>
   static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, int half, Fn&& fn) {
     for (std::size_t k = 0; k < cols; ++k) {
@@ -325,6 +326,7 @@ struct VisitF32Avx2 {
 };
 
 struct VisitBf16Avx2 {
+  static constexpr std::size_t column_bytes = panel_rows * 2;
   template <int R, int H, class Fn>
   static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, int half, Fn&& fn) {
     const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
@@ -381,7 +383,7 @@ void panel_kernel_avx2(const MatmulOutput& out, std::size_t panel, int half, con
   const PackedMatrix& w = *out.weights;
   const std::byte* panels[R];
   for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + r);
-  const std::size_t column_bytes = w.panel_bytes() / w.cols(), ahead = avx2_block * w.panel_bytes();
+  const std::size_t ahead = avx2_block * w.panel_bytes();
   __m256 acc[R][H][P];
   for (int r = 0; r < R; ++r)
     for (int h = 0; h < H; ++h)
@@ -391,7 +393,7 @@ void panel_kernel_avx2(const MatmulOutput& out, std::size_t panel, int half, con
         // The next step's panels (a prefetch past the matrix's end is harmless: it never faults).
         if (half == 0)
           for (int r = 0; r < R; ++r)
-            _mm_prefetch(reinterpret_cast<const char*>(panels[r] + k * column_bytes + ahead), _MM_HINT_T1);
+            _mm_prefetch(reinterpret_cast<const char*>(panels[r] + k * Visitor::column_bytes + ahead), _MM_HINT_T1);
         const float* xk = xt + k * stride;
         for (int p = 0; p < P; ++p) {
           const __m256 xv = _mm256_broadcast_ss(xk + p);
