@@ -16,6 +16,7 @@
 #include <array>
 #include <atomic>
 #include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -72,7 +73,9 @@ inline void matmul_panels_portable(const MatmulOutput& out, std::size_t first, s
         for (std::size_t i = 0; i < count; ++i) {
           float xv = x[(begin + i) * x_stride + k];
           if (round_inputs) xv = gguf::bf16_to_float(gguf::float_to_bf16(xv));
-          for (std::size_t l = 0; l < panel_rows; ++l) acc[i][l] += wv[l] * xv;
+          // An explicit fma, as the vector paths do: `acc += w * x` is fused only where the compiler contracts it
+          // (GCC 12 at -O1 did not, and the bits differed from the AVX2 kernel's).
+          for (std::size_t l = 0; l < panel_rows; ++l) acc[i][l] = std::fma(wv[l], xv, acc[i][l]);
         }
       });
       for (std::size_t i = 0; i < count; ++i) {
