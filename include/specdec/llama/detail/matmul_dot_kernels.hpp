@@ -202,17 +202,14 @@ bool with_block_encoding(PanelEncoding encoding, Run&& run) {
   }
 }
 
-/// Panels per step of run_dot_kernels: their weights stay in cache while every position group passes.
-inline constexpr std::size_t dot_step_panels = 4;
-
 /// Runs panels [first, last) for every group of positions with kernels[count - 1], a few panels at a time so
 /// that their weights stay in cache while every position group passes. xq: all positions' entries.
 template <std::size_t N>
 void run_dot_kernels(const std::array<DotKernelFn, N>& kernels, const MatmulOutput& out, std::size_t first,
                      std::size_t last, std::size_t positions, const std::byte* xq, int digits) {
   const std::size_t blocks = out.weights->cols() / quant_block;
-  for (std::size_t b = first; b < last; b += dot_step_panels) {
-    const std::size_t block_end = std::min(last, b + dot_step_panels);
+  for (std::size_t b = first; b < last; b += step_panels) {
+    const std::size_t block_end = std::min(last, b + step_panels);
     for (std::size_t g = 0; g < group_count(positions); ++g) {
       const std::size_t begin = group_begin(positions, g), count = group_begin(positions, g + 1) - begin;
       const std::byte* xg = xq + begin * blocks * entry_bytes(digits);
@@ -277,8 +274,8 @@ const std::byte* prepared_quantized_inputs(const float* x, std::size_t x_stride,
   if (prepared != call) {
     const std::size_t bytes = positions * (cols / quant_block) * entry_bytes(Digits);
     // At least one line, so that data() is never null (a matrix with no columns has no entries).
-    if (buffer.empty() || buffer.size() * sizeof(CacheLine) < bytes)
-      buffer.resize(std::max<std::size_t>(1, (bytes + 63) / 64));
+    const std::size_t lines = std::max<std::size_t>(1, (bytes + sizeof(CacheLine) - 1) / sizeof(CacheLine));
+    if (buffer.size() < lines) buffer.resize(lines);
     quantize_inputs<Digits>(x, x_stride, positions, cols, buffer.data()->bytes);
     prepared = call;
   }
@@ -523,7 +520,7 @@ void half_panel_kernel_qdot_avx2(const MatmulOutput& out, std::size_t panel, int
   // The first half asks for the same block of the panel a step of run_dot_kernels ahead, into L2: forwards of
   // SmolLM2 on a 2-core Zen 3 (context 256, alternating with no prefetch, medians of 11) took 0.90-0.96x the
   // time at 5 positions, 0.93-0.94x at 9 and 0.98-1.00x at 1 (one digit; three digits, compute-bound: 1.00x).
-  const std::size_t ahead = dot_step_panels * w.panel_bytes();
+  const std::size_t ahead = step_panels * w.panel_bytes();
   for (std::size_t b = 0; b < blocks; ++b) {
     const std::byte* block = panel_bytes + b * block_bytes;
     if (half == 0)

@@ -50,10 +50,16 @@ inline std::uint64_t next_call() {
 /// computing, so up to 16 positions cost about one weight read.
 inline constexpr std::size_t max_position_group = 16;
 
-/// Sizes of near-equal groups of at most max_position_group positions: group g of n covers
+/// Sizes of near-equal groups of at most `most` positions (of n): group g covers
 /// [group_begin(n, g), group_begin(n, g + 1)).
-inline std::size_t group_count(std::size_t n) { return (n + max_position_group - 1) / max_position_group; }
-inline std::size_t group_begin(std::size_t n, std::size_t g) { return n * g / group_count(n); }
+inline std::size_t group_count(std::size_t n, std::size_t most = max_position_group) { return (n + most - 1) / most; }
+inline std::size_t group_begin(std::size_t n, std::size_t g, std::size_t most = max_position_group) {
+  return n * g / group_count(n, most);
+}
+
+/// Panels per step of the vector kernels: their weights stay in cache while every position group (and pass)
+/// goes over them.
+inline constexpr std::size_t step_panels = 4;
 
 // ---------------------------------------------------------------------------------------------------------
 // Portable path: scalar code over 16-lane arrays (the compiler vectorises the lane loops).
@@ -278,9 +284,8 @@ void matmul_panels_avx512(const MatmulOutput& out, std::size_t first, std::size_
   static constexpr auto single = kernel_table<Visitor, 1>(std::make_integer_sequence<int, max_position_group>{});
   const std::size_t cols = out.weights->cols();
   const float* interleaved = prepared_inputs<Layout>(x, x_stride, positions, cols, call);
-  constexpr std::size_t block = 4;  // panels whose weights stay in cache while every position group passes
-  for (std::size_t b = first; b < last; b += block) {
-    const std::size_t block_end = std::min(last, b + block);
+  for (std::size_t b = first; b < last; b += step_panels) {
+    const std::size_t block_end = std::min(last, b + step_panels);
     for (std::size_t g = 0; g < group_count(positions); ++g) {
       const std::size_t begin = group_begin(positions, g), count = group_begin(positions, g + 1) - begin;
       const std::size_t step = panels_per_step(count);
@@ -377,8 +382,6 @@ SPECDEC_ALWAYS_INLINE void store_halves_avx2(const MatmulOutput& out, std::size_
     }
 }
 
-inline constexpr std::size_t avx2_block = 4;  // panels per step: every pass of a position group goes over them
-
 /// R panels starting at `panel`, H halves starting at `half`, × P positions: xt[k·stride + p] is position p's
 /// input k (stride: the number of positions interleaved together, of which this pass takes P).
 template <class Visitor, int R, int H, int P>
@@ -386,7 +389,7 @@ void panel_kernel_avx2(const MatmulOutput& out, std::size_t panel, int half, con
   const PackedMatrix& w = *out.weights;
   const std::byte* panels[R];
   for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + r);
-  const std::size_t ahead = avx2_block * w.panel_bytes();
+  const std::size_t ahead = step_panels * w.panel_bytes();
   __m256 acc[R][H][P];
   for (int r = 0; r < R; ++r)
     for (int h = 0; h < H; ++h)
@@ -429,13 +432,13 @@ void matmul_panels_avx2(const MatmulOutput& out, std::size_t first, std::size_t 
       kernel_table_avx2<Visitor, 1, 1>(std::make_integer_sequence<int, avx2_pass_positions>{});
   const std::size_t cols = out.weights->cols();
   const float* interleaved = prepared_inputs<Layout>(x, x_stride, positions, cols, call);
-  for (std::size_t b = first; b < last; b += avx2_block) {
-    const std::size_t block_end = std::min(last, b + avx2_block);
+  constexpr std::size_t most = avx2_pass_positions;
+  for (std::size_t b = first; b < last; b += step_panels) {
+    const std::size_t block_end = std::min(last, b + step_panels);
     for (std::size_t g = 0; g < group_count(positions); ++g) {
       const std::size_t begin = group_begin(positions, g), count = group_begin(positions, g + 1) - begin;
-      const std::size_t passes = (count + avx2_pass_positions - 1) / avx2_pass_positions;
-      for (std::size_t s = 0; s < passes; ++s) {
-        const std::size_t s_begin = count * s / passes, n = count * (s + 1) / passes - s_begin;
+      for (std::size_t s = 0; s < group_count(count, most); ++s) {  // passes of at most 12 positions
+        const std::size_t s_begin = group_begin(count, s, most), n = group_begin(count, s + 1, most) - s_begin;
         const float* xt = interleaved + begin * cols + s_begin;
         MatmulOutput og = out;
         og.y = out.y + (begin + s_begin) * out.y_stride;
