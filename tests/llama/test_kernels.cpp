@@ -509,6 +509,54 @@ TEMPLATE_TEST_CASE("grouped attention: the AVX-512 kernel and the portable path 
   }
 }
 
+TEMPLATE_TEST_CASE("grouped attention over several positions gives each position the bits of its own call",
+                   "[kernels]", float, std::uint16_t) {
+  // A verify pass attends for several consecutive positions in one call (position p seeing keys + p keys);
+  // each row must come out as it does alone, on the vector and the portable path. The transposed keys past
+  // the last one hold NaN, as stale cache entries might: no row may read them.
+  using specdec::llama::detail::AttentionGroup;
+  using specdec::llama::detail::key_block;
+  const auto store = [](float x) {
+    if constexpr (std::is_same_v<TestType, float>) return x;
+    else return specdec::gguf::float_to_fp16(x);
+  };
+  const TestType nan = std::is_same_v<TestType, float> ? TestType(NAN) : TestType(0x7E00);
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (std::size_t d : {std::size_t{64}, std::size_t{20}}) {
+    for (std::size_t heads : {std::size_t{1}, std::size_t{3}, std::size_t{6}}) {
+      for (std::size_t positions : {std::size_t{2}, std::size_t{3}, std::size_t{5}}) {
+        for (std::size_t keys : {std::size_t{1}, std::size_t{15}, std::size_t{37}, std::size_t{200}}) {
+          const std::size_t total = keys + positions - 1, blocks = (total + key_block - 1) / key_block;
+          const std::size_t stride = blocks * key_block, width = heads * d;
+          std::vector<float> q(positions * width);
+          std::vector<TestType> v(total * d), kt(blocks * key_block * d, nan);
+          for (auto& x : q) x = normal(rng);
+          for (auto& x : v) x = store(normal(rng));
+          for (std::size_t j = 0; j < total; ++j)
+            for (std::size_t c = 0; c < d; ++c) kt[(j / key_block) * d * key_block + c * key_block + j % key_block] = store(normal(rng));
+          std::vector<float> fast(positions * width), portable(positions * width), alone(positions * width);
+          std::vector<float> scores(positions * heads * stride);
+          AttentionGroup<TestType> a{q.data(), d, heads, kt.data(), v.data(), keys, d, 1.0f / std::sqrt(float(d)),
+                                     scores.data(), stride, fast.data(), d, positions, width, width};
+          specdec::llama::detail::attend_group(a);
+          a.out = portable.data();
+          specdec::llama::detail::attend_group(a, /*portable=*/true);
+          for (std::size_t p = 0; p < positions; ++p) {
+            AttentionGroup<TestType> one{q.data() + p * width, d, heads, kt.data(), v.data(), keys + p, d,
+                                         1.0f / std::sqrt(float(d)), scores.data(), stride, alone.data() + p * width, d};
+            specdec::llama::detail::attend_group(one);
+          }
+          CAPTURE(d, heads, positions, keys);
+          REQUIRE(std::none_of(alone.begin(), alone.end(), [](float x) { return std::isnan(x); }));
+          REQUIRE(std::memcmp(fast.data(), alone.data(), fast.size() * sizeof(float)) == 0);
+          REQUIRE(std::memcmp(portable.data(), alone.data(), fast.size() * sizeof(float)) == 0);
+        }
+      }
+    }
+  }
+}
+
 #if defined(__AVX512F__)
 TEST_CASE("the f16 cache's widening: vcvtph2ps and fp16_to_float agree on every half, and round trips hold",
           "[kernels]") {

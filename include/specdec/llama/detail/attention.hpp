@@ -130,7 +130,9 @@ inline void swiglu(float* gate, const float* up, std::size_t n) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Attention of the query heads that share one kv head (grouped-query attention), for one position.
+// Attention of the query heads that share one kv head (grouped-query attention), at one or more consecutive
+// positions. A row is one (position, head); the AVX-512 kernel passes over the keys and values once for up to 6
+// rows, and each row's arithmetic is the same whether it shares a pass or not.
 //
 // Keys are read from a transposed copy in blocks of 16 positions, [block][head_dim][16], so that 16 scores
 // come out of plain vector FMAs with no horizontal sum; values are rows [position, head_dim]. Keys and values
@@ -145,6 +147,7 @@ inline void swiglu(float* gate, const float* up, std::size_t n) {
 // attend_group_portable and the AVX-512 kernel perform exactly these operations, so they give the same bits.
 
 inline constexpr std::size_t key_block = 16;  // positions per block of the transposed keys
+inline constexpr std::size_t max_attention_rows = 64;  // heads × positions of one attend_group call, at most
 
 inline std::size_t score_chains(std::size_t d) { return d % 4 == 0 ? 4 : 1; }
 
@@ -180,43 +183,55 @@ inline float max_by_lanes(const float* scores, std::size_t n) {
 inline float kv_to_float(float v) { return v; }
 inline float kv_to_float(std::uint16_t h) { return gguf::fp16_to_float(h); }
 
-/// Geometry of one attend_group call. q rows and out rows are head_dim floats at the given strides;
-/// scores is scratch of heads × score_stride floats with score_stride >= keys rounded up to 16.
+/// Geometry of one attend_group call: the query heads that share one kv head, at `positions` consecutive
+/// positions, position p (0-based within the call) seeing keys + p keys. Its rows are (position, head) in that
+/// order, row r = p·heads + h. q rows and out rows are head_dim floats at the given strides; scores is scratch
+/// of rows() × score_stride floats with score_stride >= the last position's keys rounded up to 16.
 /// T: the stored keys' and values' element, float or std::uint16_t (half-precision bits).
 template <class T>
 struct AttentionGroup {
-  const float* q;            // [heads] rows at q_stride
+  const float* q;            // [positions][heads] rows at q_position_stride, q_stride
   std::size_t q_stride;
   std::size_t heads;         // query heads sharing this kv head
   const T* keys_t;           // transposed key blocks of this kv head: [ceil(keys / 16)][d][16]
   const T* values;           // [keys, d]
-  std::size_t keys;          // keys seen by this position
+  std::size_t keys;          // keys seen by the first position
   std::size_t d;             // head_dim
   float scale;               // 1/√d
   float* scores;             // scratch
   std::size_t score_stride;
-  float* out;                // [heads] rows at out_stride
+  float* out;                // [positions][heads] rows at out_position_stride, out_stride
   std::size_t out_stride;
+  std::size_t positions = 1;
+  std::size_t q_position_stride = 0;
+  std::size_t out_position_stride = 0;
+
+  std::size_t rows() const { return heads * positions; }
+  const float* q_row(std::size_t r) const { return q + (r / heads) * q_position_stride + (r % heads) * q_stride; }
+  float* out_row(std::size_t r) const { return out + (r / heads) * out_position_stride + (r % heads) * out_stride; }
+  float* score_row(std::size_t r) const { return scores + r * score_stride; }
+  std::size_t row_keys(std::size_t r) const { return keys + r / heads; }
 };
 
-/// Softmax of each head's scores in place (weights e^(s − max)) and the output rows; shared by both paths.
+/// Softmax of each row's scores in place (weights e^(s − max)) and 1/sum per row; shared by both paths.
 template <class T>
 void softmax_rows(const AttentionGroup<T>& a, float* inverse) {
-  for (std::size_t h = 0; h < a.heads; ++h) {
-    float* s = a.scores + h * a.score_stride;
-    const float max = max_by_lanes(s, a.keys);
-    exp_shifted(s, a.keys, max);
-    inverse[h] = 1.0f / sum_by_lanes(s, a.keys);
+  for (std::size_t r = 0; r < a.rows(); ++r) {
+    float* s = a.score_row(r);
+    const std::size_t keys = a.row_keys(r);
+    const float max = max_by_lanes(s, keys);
+    exp_shifted(s, keys, max);
+    inverse[r] = 1.0f / sum_by_lanes(s, keys);
   }
 }
 
-/// The portable path of attend_group (also the reference for the AVX-512 kernel).
+/// The portable path of attend_group (also the reference for the vector kernels).
 template <class T>
 void attend_group_portable(const AttentionGroup<T>& a) {
   const std::size_t chains = score_chains(a.d), part = a.d / chains;
-  for (std::size_t h = 0; h < a.heads; ++h) {
-    const float* q = a.q + h * a.q_stride;
-    for (std::size_t j = 0; j < a.keys; ++j) {
+  for (std::size_t r = 0; r < a.rows(); ++r) {
+    const float* q = a.q_row(r);
+    for (std::size_t j = 0; j < a.row_keys(r); ++j) {
       const T* block = a.keys_t + (j / key_block) * a.d * key_block + j % key_block;
       float partial[4];
       for (std::size_t m = 0; m < chains; ++m) {
@@ -226,18 +241,18 @@ void attend_group_portable(const AttentionGroup<T>& a) {
         partial[m] = s;
       }
       const float total = chains == 4 ? (partial[0] + partial[1]) + (partial[2] + partial[3]) : partial[0];
-      a.scores[h * a.score_stride + j] = total * a.scale;
+      a.score_row(r)[j] = total * a.scale;
     }
   }
-  float inverse[64];
+  float inverse[max_attention_rows];
   softmax_rows(a, inverse);
-  for (std::size_t h = 0; h < a.heads; ++h) {
-    const float* p = a.scores + h * a.score_stride;
-    float* out = a.out + h * a.out_stride;
+  for (std::size_t r = 0; r < a.rows(); ++r) {
+    const float* p = a.score_row(r);
+    float* out = a.out_row(r);
     for (std::size_t c = 0; c < a.d; ++c) {
       float acc = 0.0f;
-      for (std::size_t j = 0; j < a.keys; ++j) acc = std::fma(p[j], kv_to_float(a.values[j * a.d + c]), acc);
-      out[c] = acc * inverse[h];
+      for (std::size_t j = 0; j < a.row_keys(r); ++j) acc = std::fma(p[j], kv_to_float(a.values[j * a.d + c]), acc);
+      out[c] = acc * inverse[r];
     }
   }
 }
@@ -257,12 +272,14 @@ inline __m512 load16(const std::uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-/// Scores of H heads (H <= 4) for all keys, 16 keys per step. requires: d % 4 == 0, d / 4 >= 1.
+/// Scores of H rows (H <= 6) r0.. for all keys of the last of them, 16 keys per step: each key column is
+/// loaded once for all H rows (a row with fewer keys computes a few scores it never reads).
+/// requires: d % 4 == 0, d / 4 >= 1.
 template <int H, class T>
-void group_scores_avx512(const AttentionGroup<T>& a, std::size_t h0) {
-  const std::size_t part = a.d / 4, blocks = (a.keys + key_block - 1) / key_block;
+void group_scores_avx512(const AttentionGroup<T>& a, std::size_t r0) {
+  const std::size_t part = a.d / 4, blocks = (a.row_keys(r0 + H - 1) + key_block - 1) / key_block;
   const float* q[H];
-  for (int h = 0; h < H; ++h) q[h] = a.q + (h0 + h) * a.q_stride;
+  for (int h = 0; h < H; ++h) q[h] = a.q_row(r0 + h);
   const __m512 scale = _mm512_set1_ps(a.scale);
   for (std::size_t b = 0; b < blocks; ++b) {
     const T* block = a.keys_t + b * a.d * key_block;
@@ -287,65 +304,77 @@ void group_scores_avx512(const AttentionGroup<T>& a, std::size_t h0) {
         _mm_prefetch(reinterpret_cast<const char*>(next + col * key_block), _MM_HINT_T1);
         _mm_prefetch(reinterpret_cast<const char*>(values + (c * 4 + m) * 64), _MM_HINT_T1);
         __m512 k = load16(block + col * key_block);
-        SPECDEC_IN_REGISTER(k);  // one load for all heads, the query values broadcast from memory
+        SPECDEC_IN_REGISTER(k);  // one load for all rows, the query values broadcast from memory
         for (int h = 0; h < H; ++h) acc[h][m] = _mm512_fmadd_ps(_mm512_set1_ps(q[h][col]), k, acc[h][m]);
       }
     for (int h = 0; h < H; ++h) {
       const __m512 total = _mm512_add_ps(_mm512_add_ps(acc[h][0], acc[h][1]), _mm512_add_ps(acc[h][2], acc[h][3]));
-      _mm512_storeu_ps(a.scores + (h0 + h) * a.score_stride + b * key_block, _mm512_mul_ps(total, scale));
+      _mm512_storeu_ps(a.score_row(r0 + h) + b * key_block, _mm512_mul_ps(total, scale));
     }
   }
 }
 
-/// Output rows of H heads (H <= 4) for 64 columns at c0: per element an fma chain over keys in order.
+/// Output rows r0.. (H <= 6) for 64 columns at c0: per element an fma chain over the row's keys in order. Each
+/// value row is loaded once for all H rows; past the first row's keys, a row takes part only while it has keys.
 template <int H, class T>
-void group_values_avx512(const AttentionGroup<T>& a, std::size_t h0, std::size_t c0, const float* inverse) {
+void group_values_avx512(const AttentionGroup<T>& a, std::size_t r0, std::size_t c0, const float* inverse) {
   __m512 acc[H][4];
   for (int h = 0; h < H; ++h)
     for (int v = 0; v < 4; ++v) acc[h][v] = _mm512_setzero_ps();
   const float* p[H];
-  for (int h = 0; h < H; ++h) p[h] = a.scores + (h0 + h) * a.score_stride;
-  for (std::size_t j = 0; j < a.keys; ++j) {
+  std::size_t keys[H];
+  for (int h = 0; h < H; ++h) p[h] = a.score_row(r0 + h), keys[h] = a.row_keys(r0 + h);
+  const auto step = [&](std::size_t j, auto&& takes_part) {
     const T* row = a.values + j * a.d + c0;
     __m512 v[4];
     for (int i = 0; i < 4; ++i) {
       v[i] = load16(row + 16 * i);
-      SPECDEC_IN_REGISTER(v[i]);  // loaded once, not once per head as a memory operand
+      SPECDEC_IN_REGISTER(v[i]);  // loaded once, not once per row as a memory operand
     }
-    for (int h = 0; h < H; ++h) {
-      const __m512 w = _mm512_set1_ps(p[h][j]);
-      for (int i = 0; i < 4; ++i) acc[h][i] = _mm512_fmadd_ps(w, v[i], acc[h][i]);
-    }
-  }
+    for (int h = 0; h < H; ++h)
+      if (takes_part(h)) {
+        const __m512 w = _mm512_set1_ps(p[h][j]);
+        for (int i = 0; i < 4; ++i) acc[h][i] = _mm512_fmadd_ps(w, v[i], acc[h][i]);
+      }
+  };
+  std::size_t j = 0;
+  for (; j < keys[0]; ++j) step(j, [](int) { return true; });
+  for (; j < keys[H - 1]; ++j) step(j, [&](int h) { return j < keys[h]; });
   for (int h = 0; h < H; ++h) {
-    float* out = a.out + (h0 + h) * a.out_stride + c0;
-    const __m512 inv = _mm512_set1_ps(inverse[h0 + h]);
+    float* out = a.out_row(r0 + h) + c0;
+    const __m512 inv = _mm512_set1_ps(inverse[r0 + h]);
     for (int i = 0; i < 4; ++i) _mm512_storeu_ps(out + 16 * i, _mm512_mul_ps(acc[h][i], inv));
   }
 }
 
+/// Calls Step<H>::run(r0, args...) over the rows in passes of at most 6, as even as they come.
 template <template <int> class Step, typename... Args>
-void for_head_chunks(std::size_t heads, Args&&... args) {
-  for (std::size_t h0 = 0; h0 < heads; h0 += 4) {
-    switch (std::min<std::size_t>(4, heads - h0)) {
-      case 1: Step<1>::run(h0, args...); break;
-      case 2: Step<2>::run(h0, args...); break;
-      case 3: Step<3>::run(h0, args...); break;
-      default: Step<4>::run(h0, args...); break;
+void for_row_chunks(std::size_t rows, Args&&... args) {
+  const std::size_t passes = (rows + 5) / 6;
+  for (std::size_t pass = 0, r0 = 0; pass < passes; ++pass) {
+    const std::size_t size = rows / passes + (pass < rows % passes ? 1 : 0);
+    switch (size) {
+      case 1: Step<1>::run(r0, args...); break;
+      case 2: Step<2>::run(r0, args...); break;
+      case 3: Step<3>::run(r0, args...); break;
+      case 4: Step<4>::run(r0, args...); break;
+      case 5: Step<5>::run(r0, args...); break;
+      default: Step<6>::run(r0, args...); break;
     }
+    r0 += size;
   }
 }
 
 template <int H>
 struct ScoreStep {
   template <class T>
-  static void run(std::size_t h0, const AttentionGroup<T>& a) { group_scores_avx512<H>(a, h0); }
+  static void run(std::size_t r0, const AttentionGroup<T>& a) { group_scores_avx512<H>(a, r0); }
 };
 template <int H>
 struct ValueStep {
   template <class T>
-  static void run(std::size_t h0, const AttentionGroup<T>& a, std::size_t c0, const float* inverse) {
-    group_values_avx512<H>(a, h0, c0, inverse);
+  static void run(std::size_t r0, const AttentionGroup<T>& a, std::size_t c0, const float* inverse) {
+    group_values_avx512<H>(a, r0, c0, inverse);
   }
 };
 #endif
@@ -357,12 +386,12 @@ inline __m256 load8(const std::uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-/// Scores of one head for all keys, 16 keys per step as two 8-lane halves (4 chains each: 8 accumulators, so
-/// one head at a time fits AVX2's 16 registers). requires: d % 4 == 0.
+/// Scores of one row for all its keys, 16 keys per step as two 8-lane halves (4 chains each: 8 accumulators,
+/// so one row at a time fits AVX2's 16 registers). requires: d % 4 == 0.
 template <class T>
-void head_scores_avx2(const AttentionGroup<T>& a, std::size_t h) {
-  const std::size_t part = a.d / 4, blocks = (a.keys + key_block - 1) / key_block;
-  const float* q = a.q + h * a.q_stride;
+void row_scores_avx2(const AttentionGroup<T>& a, std::size_t r) {
+  const std::size_t part = a.d / 4, blocks = (a.row_keys(r) + key_block - 1) / key_block;
+  const float* q = a.q_row(r);
   const __m256 scale = _mm256_set1_ps(a.scale);
   for (std::size_t b = 0; b < blocks; ++b) {
     const T* block = a.keys_t + b * a.d * key_block;
@@ -381,47 +410,47 @@ void head_scores_avx2(const AttentionGroup<T>& a, std::size_t h) {
       }
     for (int half = 0; half < 2; ++half) {
       const __m256 total = _mm256_add_ps(_mm256_add_ps(acc[0][half], acc[1][half]), _mm256_add_ps(acc[2][half], acc[3][half]));
-      _mm256_storeu_ps(a.scores + h * a.score_stride + b * key_block + 8 * half, _mm256_mul_ps(total, scale));
+      _mm256_storeu_ps(a.score_row(r) + b * key_block + 8 * half, _mm256_mul_ps(total, scale));
     }
   }
 }
 
-/// Output row of one head for 64 columns at c0: per element an fma chain over keys in order.
+/// Output row r for 64 columns at c0: per element an fma chain over the row's keys in order.
 template <class T>
-void head_values_avx2(const AttentionGroup<T>& a, std::size_t h, std::size_t c0, float inverse) {
+void row_values_avx2(const AttentionGroup<T>& a, std::size_t r, std::size_t c0, float inverse) {
   __m256 acc[8];
   for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
-  const float* p = a.scores + h * a.score_stride;
-  for (std::size_t j = 0; j < a.keys; ++j) {
+  const float* p = a.score_row(r);
+  for (std::size_t j = 0; j < a.row_keys(r); ++j) {
     const T* row = a.values + j * a.d + c0;
     const __m256 w = _mm256_set1_ps(p[j]);
     for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(w, load8(row + 8 * i), acc[i]);
   }
-  float* out = a.out + h * a.out_stride + c0;
+  float* out = a.out_row(r) + c0;
   const __m256 inv = _mm256_set1_ps(inverse);
   for (int i = 0; i < 8; ++i) _mm256_storeu_ps(out + 8 * i, _mm256_mul_ps(acc[i], inv));
 }
 #endif
 
-/// out[h] = softmax(q_h·Kᵀ·scale)·V over keys 0..keys−1 for each query head h of a group sharing one kv head.
-/// requires: heads <= 64. `portable` forces the portable path (same bits).
+/// out[r] = softmax(q_r·Kᵀ·scale)·V over the row's keys for each row r = (position, query head) of a group
+/// sharing one kv head. requires: rows() <= max_attention_rows. `portable` forces the portable path (same bits).
 template <class T>
 void attend_group(const AttentionGroup<T>& a, bool portable = false) {
 #if defined(__AVX512F__)
   if (!portable && a.d % 64 == 0) {
-    for_head_chunks<ScoreStep>(a.heads, a);
-    float inverse[64];
+    for_row_chunks<ScoreStep>(a.rows(), a);
+    float inverse[max_attention_rows];
     softmax_rows(a, inverse);
-    for (std::size_t c0 = 0; c0 < a.d; c0 += 64) for_head_chunks<ValueStep>(a.heads, a, c0, inverse);
+    for (std::size_t c0 = 0; c0 < a.d; c0 += 64) for_row_chunks<ValueStep>(a.rows(), a, c0, inverse);
     return;
   }
 #elif defined(SPECDEC_ATTENTION_AVX2)
   if (!portable && a.d % 64 == 0) {
-    for (std::size_t h = 0; h < a.heads; ++h) head_scores_avx2(a, h);
-    float inverse[64];
+    for (std::size_t r = 0; r < a.rows(); ++r) row_scores_avx2(a, r);
+    float inverse[max_attention_rows];
     softmax_rows(a, inverse);
-    for (std::size_t h = 0; h < a.heads; ++h)
-      for (std::size_t c0 = 0; c0 < a.d; c0 += 64) head_values_avx2(a, h, c0, inverse[h]);
+    for (std::size_t r = 0; r < a.rows(); ++r)
+      for (std::size_t c0 = 0; c0 < a.d; c0 += 64) row_values_avx2(a, r, c0, inverse[r]);
     return;
   }
 #endif
