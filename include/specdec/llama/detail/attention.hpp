@@ -148,6 +148,12 @@ inline void swiglu(float* gate, const float* up, std::size_t n) {
 
 inline constexpr std::size_t key_block = 16;  // positions per block of the transposed keys
 inline constexpr std::size_t max_attention_rows = 64;  // heads × positions of one attend_group call, at most
+/// Rows that one pass of the vector kernel serves with each key and value it loads (1: a pass per row).
+#if defined(__AVX512F__)
+inline constexpr std::size_t rows_per_pass = 6;
+#else
+inline constexpr std::size_t rows_per_pass = 1;
+#endif
 
 inline std::size_t score_chains(std::size_t d) { return d % 4 == 0 ? 4 : 1; }
 
@@ -347,10 +353,10 @@ void group_values_avx512(const AttentionGroup<T>& a, std::size_t r0, std::size_t
   }
 }
 
-/// Calls Step<H>::run(r0, args...) over the rows in passes of at most 6, as even as they come.
+/// Calls Step<H>::run(r0, args...) over the rows in passes of at most rows_per_pass (6), as even as they come.
 template <template <int> class Step, typename... Args>
 void for_row_chunks(std::size_t rows, Args&&... args) {
-  const std::size_t passes = (rows + 5) / 6;
+  const std::size_t passes = (rows + rows_per_pass - 1) / rows_per_pass;
   for (std::size_t pass = 0, r0 = 0; pass < passes; ++pass) {
     const std::size_t size = rows / passes + (pass < rows % passes ? 1 : 0);
     switch (size) {
