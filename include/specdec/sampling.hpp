@@ -172,10 +172,15 @@ inline void transform_dense(std::span<const float> row, const SamplingParams& pa
   const Eigen::Map<const Eigen::ArrayXf> logits(row.data(), static_cast<Eigen::Index>(n));
   const float max = logits.maxCoeff();
   thread_local Eigen::ArrayXf weights;  // [vocab], reused: no allocation per row
+  const float inverse_t = 1.0f / params.temperature;
+  weights = ((logits - max) * inverse_t).exp();  // Eigen's vectorised exp
   // Below e^-87 a weight is 0: Eigen's vectorised exp clamps its argument at about -88.7, which left masked
   // tokens (-inf, -1e30) a weight of 3e-39 instead of 0 in whole vector packets (and exactly 0 in the tail).
-  weights = (logits - max) * (1.0f / params.temperature);
-  weights = (weights < -87.0f).select(0.0f, weights.exp());  // coefficient-wise: reading weights while writing is safe
+  // A plain loop, which the compiler vectorises: an Eigen select() of the same test runs element by element, and
+  // took its exps with it onto the scalar path (105 us a row of 49,152 against 12 us like this).
+  float* w = weights.data();
+  for (std::size_t i = 0; i < n; ++i)
+    if ((row[i] - max) * inverse_t < -87.0f) w[i] = 0.0f;
   if (params.top_k > 0 && params.top_k < n) {
     std::vector<float> sorted(row.begin(), row.end());
     std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(params.top_k - 1), sorted.end(),
