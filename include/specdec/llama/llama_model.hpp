@@ -454,11 +454,10 @@ class Transformer {
   }
 
   /// Positions per attention task: as many as fill one pass of the AVX-512 kernel (6 rows) with the query heads
-  /// that share a kv head, so that a pass reads each key and value once for them all; one without AVX-512, whose
-  /// kernels pass once per row (two positions per task would only halve the tasks that balance the threads). SmolLM2 (3 heads per kv
-  /// head) at context 318, 2 threads: 2 positions per task against 1 took the attention stage from 0.53-0.57 to
-  /// 0.44-0.46 ms at 4 positions, 0.66-0.70 to 0.57-0.61 at 5 and 1.13-1.19 to 0.97-1.01 at 9 (3 per task, two
-  /// passes of 5 and 4 rows, was in between: 0.51-0.53, 0.60-0.61, 1.08).
+  /// that share a kv head, so that a pass reads each key and value once for them all. One without AVX-512, whose
+  /// kernels pass once per row: there two positions per task would only halve the tasks that balance the threads.
+  /// SmolLM2 (3 heads per kv head), context 318, 2 threads, alternating call by call: 2 positions per task took
+  /// the attention stage from 0.72 to 0.61-0.62 ms at 5 positions and from 1.22-1.23 to 1.03-1.05 at 9.
   std::size_t attention_span() const {
     const LlamaConfig& c = config();
     return std::max<std::size_t>(1, rows_per_pass / (c.heads / c.kv_heads));
