@@ -378,22 +378,17 @@ void panel_kernel_qdot(const MatmulOutput& out, std::size_t panel, const std::by
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
   const __m512i low = _mm512_set1_epi8(0x0F);
   const std::size_t blocks = w.cols() / quant_block;
-  // Once the kernel is compute-bound, the hardware prefetcher, which follows the demand, leaves memory idle
-  // between panels (8 and 9 positions ran at 60-65% of the in-cache rate): from 2 positions up, each block also
-  // asks for the same block of the next panel, into L2 (hint T1; into L1, T0, the gain was smaller or a loss).
-  // Measured 2026-12-01 in forwards of SmolLM2 at context 318 on 2 threads, alternating call by call with the
-  // earlier code (one digit: T0 from 5 positions up, none below; three digits: T0 from 2 up): one digit, 2-5
-  // positions 0.97-0.99x, 0.98-0.99x, 0.93-0.99x and 0.86-0.89x the time, 7 and 9 positions 0.93x and 0.95x;
-  // three digits, 2 positions 0.90x, 5 positions 0.99x. Two and three panels ahead were no better than one.
-  // q8_0 with one digit (SmolLM2's output head: 34 bytes per 32 weights, where q4_1 has 20) stays bound by
-  // memory up to 4 positions, where the requests only got in the hardware prefetcher's way: asking from 5
-  // positions up took forwards 0.96-0.98x the time at 2-4 positions and 1.00x at 5-6 (2026-12-02, as above).
-  constexpr int prefetch_from = q8 && Digits == 1 ? 5 : 2;
+  // Each block also asks for the same block of the next panel, with the non-temporal hint (NTA). Measured
+  // 2026-12-02 in forwards of SmolLM2 at context 256 on 2 threads (Zen 4), alternating call by call with the
+  // earlier code (the hint T1 into L2, from 2 positions up, from 5 for one-digit q8_0, none below): 0.88x the time
+  // at 1 position, 0.90x at 2, 0.94x at 3-4, 0.95-0.96x at 5-7, 0.975x at 9; three digits (`quantized`) 0.89x at
+  // 5. T1 at 1 position was no faster than no request, and T0 in between (the hint T1 once took 2-5 positions to
+  // 0.86-0.99x of no request, and T0 was a loss there). For q8_0 (SmolLM2's output head, 34 bytes per 32 weights
+  // where q4_1 has 20) the request used to get in the hardware prefetcher's way up to 4 positions; NTA does not.
   const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(panels[R - 1]) + w.panel_bytes();
   for (std::size_t b = 0; b < blocks; ++b) {
-    if constexpr (P >= prefetch_from)
-      for (std::size_t line = 0; line < block_bytes; line += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(ahead + b * block_bytes + line), _MM_HINT_T1);
+    for (std::size_t line = 0; line < block_bytes; line += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + b * block_bytes + line), _MM_HINT_NTA);
     __m512i q[R][8];
     __m512 d[R], m[R];
     for (int r = 0; r < R; ++r) {
