@@ -512,15 +512,19 @@ void half_panel_kernel_qdot_avx2(const MatmulOutput& out, std::size_t panel, int
   const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   const std::size_t blocks = w.cols() / quant_block;
-  // The first half asks for the same block of the panel a step of run_dot_kernels ahead, into L2: forwards of
-  // SmolLM2 on a 2-core Zen 3 (context 256, alternating with no prefetch, medians of 11) took 0.90-0.96x the
-  // time at 5 positions, 0.93-0.94x at 9 and 0.98-1.00x at 1 (one digit; three digits, compute-bound: 1.00x).
-  const std::size_t ahead = step_panels * w.panel_bytes();
+  // The first half asks for the same block of the next panel with the non-temporal hint (NTA), as the AVX-512
+  // kernel does. Until 2026-12-02 it asked for the panel a step of run_dot_kernels ahead (4 panels) into L2 (T1),
+  // which on a 2-core Zen 3 took forwards of SmolLM2 (context 256, alternating with no prefetch, medians of 11)
+  // to 0.90-0.96x the time at 5 positions, 0.93-0.94x at 9 and 0.98-1.00x at 1. This kernel built for AVX2 and
+  // run on the AVX-512 machine of 2026-12-02 (AMD family 26; no Zen 3 was at hand), alternating call by call,
+  // took 0.87-0.90x the time of that with NTA one panel ahead (0.94-0.98x with NTA 4 panels ahead) at 1, 2
+  // and 5 positions of quantized_dot, 0.92x at 9; quantized 0.87x at 1 and 0.95x at 5.
+  const std::size_t ahead = w.panel_bytes();
   for (std::size_t b = 0; b < blocks; ++b) {
     const std::byte* block = panel_bytes + b * block_bytes;
     if (half == 0)
       for (std::size_t line = 0; line < block_bytes; line += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(block + ahead + line), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(block + ahead + line), _MM_HINT_NTA);
     const std::byte* xb = xq + b * P * entry;
     // Σ_g nibbles[g]·(digit t's bytes 4g..4g+3 of position p), 16 bits per pair of columns, as 32-bit row sums
     const auto nibble_dot = [&](const __m256i* nib, int groups, int first_group, int p, int t) SPECDEC_ALWAYS_INLINE_LAMBDA {
