@@ -78,9 +78,37 @@ inline void quantize_block_portable(const float* xb, std::byte* e) {
   write_entry_scales(e, dx, sum);
 }
 
-/// quantize_block_portable with AVX-512: the same float operations (max is exact in any order; the conversion
-/// rounds to nearest even like nearbyint in the default mode; |x·inverse| <= 127 up to rounding, so clamping
-/// the integers equals clamping the floats), so the same bytes for finite inputs.
+#if defined(__AVX2__) && !defined(__AVX512F__)
+/// max|x| over 32 floats (exact in any order for finite inputs).
+inline float abs_max_avx2(const __m256 (&x)[4]) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, x[0]), _mm256_andnot_ps(sign, x[1])),
+                                 _mm256_max_ps(_mm256_andnot_ps(sign, x[2]), _mm256_andnot_ps(sign, x[3])));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+}
+
+/// The sum of 8 int32 lanes.
+inline std::int32_t add_lanes_avx2(__m256i v) {
+  __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
+  return _mm_cvtsi128_si32(_mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1)));
+}
+
+/// Stores 32 int32 lanes, each in [-128, 127], as 32 int8 in order.
+inline void store_bytes_avx2(const __m256i (&v)[4], std::byte* out) {
+  // The packs work within 128-bit lanes: bytes come out as v0[0..3] v1[0..3] v2[0..3] v3[0..3] v0[4..7] ...,
+  // in dwords 0 2 4 6 1 3 5 7 of the source order; the permutation puts them back.
+  const __m256i words = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
+                      _mm256_permutevar8x32_epi32(words, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+#endif
+
+/// quantize_block_portable with AVX-512 or AVX2: the same float operations (max is exact in any order; the
+/// conversion rounds to nearest even like nearbyint in the default mode; |x·inverse| <= 127 up to rounding, so
+/// clamping the integers equals clamping the floats), so the same bytes for finite inputs.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12: its own _mm512_undefined_* and
@@ -99,6 +127,18 @@ inline void quantize_block(const float* xb, std::byte* e) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(e), _mm512_cvtepi32_epi8(q0));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(e + 16), _mm512_cvtepi32_epi8(q1));
   write_entry_scales(e, dx, _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
+#elif defined(__AVX2__)
+  const __m256 x[4] = {_mm256_loadu_ps(xb), _mm256_loadu_ps(xb + 8), _mm256_loadu_ps(xb + 16),
+                       _mm256_loadu_ps(xb + 24)};
+  const float dx = abs_max_avx2(x) / 127.0f;
+  const __m256 inverse = _mm256_set1_ps(dx != 0.0f ? 1.0f / dx : 0.0f);
+  const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+  __m256i q[4];
+  for (int i = 0; i < 4; ++i)
+    q[i] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(x[i], inverse)), lo), hi);
+  store_bytes_avx2(q, e);
+  write_entry_scales(e, dx, add_lanes_avx2(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]),
+                                                            _mm256_add_epi32(q[2], q[3]))));
 #else
   quantize_block_portable(xb, e);
 #endif
@@ -152,8 +192,11 @@ inline void quantize_block_wide_portable(const float* xb, std::byte* e) {
   write_wide_scales(e, sums, s, total);
 }
 
-/// quantize_block_wide_portable with AVX-512: the same scaling (vscalefps is exact here, as ldexp), rounding to
-/// nearest even, digits and sums, so the same bytes for finite inputs.
+/// quantize_block_wide_portable with AVX-512 or AVX2: the same scaling (exact here, as ldexp: vscalefps, or two
+/// multiplications by powers of two), rounding to nearest even, digits and sums, so the same bytes for finite
+/// inputs. Without the AVX2 path, builds for AVX2 ran the scalar loop: a forward of one position of `quantized`
+/// spent 0.61-0.64 ms outside its products, attention and output head, against 0.16 ms with it (on the AVX-512
+/// machine of 2026-12-02; one-digit inputs, `quantized_dot`: 0.175 against 0.11 ms).
 inline void quantize_block_wide(const float* xb, std::byte* e) {
 #if defined(__AVX512F__)
   const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
@@ -172,6 +215,30 @@ inline void quantize_block_wide(const float* xb, std::byte* e) {
       sum = _mm512_add_epi32(sum, digit);
     }
     sums[i] = _mm512_reduce_add_epi32(sum);
+  }
+  write_wide_scales(e, sums, s, total);
+#elif defined(__AVX2__)
+  const __m256 x[4] = {_mm256_loadu_ps(xb), _mm256_loadu_ps(xb + 8), _mm256_loadu_ps(xb + 16),
+                       _mm256_loadu_ps(xb + 24)};
+  const int s = wide_shift(abs_max_avx2(x));
+  // x·2^s as two exact multiplications by powers of two (s runs from -105 to 149, past a float's exponents).
+  // Scaling up is exact; scaling down is exact unless the product is subnormal, and then so small (below
+  // 2^-126) that it rounds to 0 either way.
+  const __m256 f1 = _mm256_set1_ps(std::ldexp(1.0f, s / 2)), f2 = _mm256_set1_ps(std::ldexp(1.0f, s - s / 2));
+  __m256i X[4];
+  for (int i = 0; i < 4; ++i) X[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(x[i], f1), f2));
+  const std::int32_t total =
+      add_lanes_avx2(_mm256_add_epi32(_mm256_add_epi32(X[0], X[1]), _mm256_add_epi32(X[2], X[3])));
+  std::int32_t sums[3];
+  for (int i = 0; i < 3; ++i) {
+    __m256i digit[4];
+    for (int h = 0; h < 4; ++h) {
+      digit[h] = _mm256_srai_epi32(_mm256_slli_epi32(X[h], 24), 24);  // the low byte, read as signed
+      X[h] = _mm256_srai_epi32(_mm256_sub_epi32(X[h], digit[h]), 8);
+    }
+    store_bytes_avx2(digit, e + 32 * i);
+    sums[i] = add_lanes_avx2(
+        _mm256_add_epi32(_mm256_add_epi32(digit[0], digit[1]), _mm256_add_epi32(digit[2], digit[3])));
   }
   write_wide_scales(e, sums, s, total);
 #else
