@@ -316,7 +316,10 @@ void matmul_panels_avx512(const MatmulOutput& out, std::size_t first, std::size_
 // their 4-cycle latency, hence several panels per step for 1 and 2 positions (2 panels × 3 positions
 // spilled). The second and later passes over a step's panels read them from cache, so every kernel prefetches
 // the next step's panels into L2 (on a Zen 3, 10% faster for 5 and 9 positions of a 151 MB matrix, two
-// threads, medians of 9).
+// threads, medians of 9). f32 instead asks for the panels of the next call with the non-temporal hint (NTA),
+// as the block kernels do: built for AVX2 and run on the AVX-512 machine of 2026-12-02, alternating call by
+// call, forwards of f32 took 0.81-0.92x the time at 1 position and 0.82-0.92x at 5; for bf16 it was 0.94-0.99x
+// at 1 and 1.02-1.03x at 5, so bf16 keeps T1. Not measured on a Zen 3.
 
 /// The visitors hand fn(w, k) the weights of column k for R panels × H halves, starting at half `half`.
 struct VisitF32Avx2 {
@@ -389,7 +392,7 @@ void panel_kernel_avx2(const MatmulOutput& out, std::size_t panel, int half, con
   const PackedMatrix& w = *out.weights;
   const std::byte* panels[R];
   for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + r);
-  const std::size_t ahead = step_panels * w.panel_bytes();
+  const std::size_t ahead = step_panels * w.panel_bytes(), next = R * w.panel_bytes();
   __m256 acc[R][H][P];
   for (int r = 0; r < R; ++r)
     for (int h = 0; h < H; ++h)
@@ -398,8 +401,12 @@ void panel_kernel_avx2(const MatmulOutput& out, std::size_t panel, int half, con
       panels, w.cols(), half, [&](const __m256(&wv)[R][H], std::size_t k) SPECDEC_ALWAYS_INLINE_LAMBDA {
         // The next step's panels (a prefetch past the matrix's end is harmless: it never faults).
         if (half == 0)
-          for (int r = 0; r < R; ++r)
-            _mm_prefetch(reinterpret_cast<const char*>(panels[r] + k * Visitor::column_bytes + ahead), _MM_HINT_T1);
+          for (int r = 0; r < R; ++r) {
+            if constexpr (std::is_same_v<Visitor, VisitF32Avx2>)
+              _mm_prefetch(reinterpret_cast<const char*>(panels[r] + k * Visitor::column_bytes + next), _MM_HINT_NTA);
+            else
+              _mm_prefetch(reinterpret_cast<const char*>(panels[r] + k * Visitor::column_bytes + ahead), _MM_HINT_T1);
+          }
         const float* xk = xt + k * stride;
         for (int p = 0; p < P; ++p) {
           const __m256 xv = _mm256_broadcast_ss(xk + p);
