@@ -14,6 +14,8 @@
 // start-up; 1 = that rate, one 16-lane FMA per cycle per core on Zen 4; 8-lane FMAs on CPUs without
 // AVX-512). The shared machine's memory bandwidth drifts by 2x over minutes, so a floor measured once for the
 // whole run says little about a benchmark run minutes later.
+// With 2 or more threads, round_trip_ns: a cache line's round trip between two threads, before and after, their
+// mean (see round_trip_ns below: it tells which placement of the two vCPUs a benchmark ran in).
 // BM_MemoryBandwidth: read bandwidth of a 256 MB sum, best of 3. BM_FmaPeak: vector FMAs per second (16 lanes,
 // or 8 without AVX-512: the `lanes` counter) with every thread issuing independent FMAs from registers.
 // BM_VnniPeak: the same for vpdpbusd (64 byte products).
@@ -28,6 +30,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <map>
@@ -35,6 +38,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "specdec/llama/llama_model.hpp"
@@ -90,6 +94,34 @@ double read_bandwidth() {
     best = std::max(best, double(count * sizeof(float)) / seconds);
   }
   return best;
+}
+
+/// Nanoseconds for a cache line to go from this thread to another and back (a median of 5 runs of 20,000 round
+/// trips of an atomic flag between two threads that spin). On the 2-vCPU machine of 2026-12-02 it read
+/// 100-185 ns most of the time and 470 ns while the read bandwidth of two threads was 65 GB/s instead of 40-50:
+/// the two vCPUs then sit on different core complexes (each with its own path to memory and its own L3), which
+/// doubles what two streams read but slows every hand-over between the threads (see README).
+double round_trip_ns() {
+  constexpr int trips = 20'000;
+  std::vector<double> runs;
+  for (int run = 0; run < 5; ++run) {
+    alignas(64) std::atomic<int> flag{0};
+    std::thread other([&] {
+      for (int i = 0; i < trips; ++i) {
+        while (flag.load(std::memory_order_acquire) != 2 * i + 1) {}
+        flag.store(2 * i + 2, std::memory_order_release);
+      }
+    });
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < trips; ++i) {
+      flag.store(2 * i + 1, std::memory_order_release);
+      while (flag.load(std::memory_order_acquire) != 2 * i + 2) {}
+    }
+    runs.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() / trips);
+    other.join();
+  }
+  std::sort(runs.begin(), runs.end());
+  return runs[runs.size() / 2];
 }
 
 /// Instructions per second with every thread of the pool running `kernel(loops)`, which issues 12 independent
@@ -209,12 +241,14 @@ void forward(benchmark::State& state, WeightFormat format) {
   m.truncate(0);
   m.forward(std::span(tokens.data(), context));
   const std::span<const specdec::Token> step(tokens.data() + context, tokens.size() - context);
+  const double round_trip = threads() > 1 ? round_trip_ns() : 0.0;
   const double bandwidth_before = read_bandwidth();
   for (auto _ : state) {
     benchmark::DoNotOptimize(m.forward(step).data());
     m.truncate(context);
   }
   const double bandwidth = (bandwidth_before + read_bandwidth()) / 2;
+  if (threads() > 1) state.counters["round_trip_ns"] = (round_trip + round_trip_ns()) / 2;
   const double bytes = double(m.weight_bytes_per_forward());
   state.SetItemsProcessed(state.iterations() * state.range(0));
   state.counters["weight_bytes"] = bytes;
