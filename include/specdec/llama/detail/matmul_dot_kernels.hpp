@@ -89,8 +89,9 @@ inline float abs_max_avx2(const __m256 (&x)[4]) {
   return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
 }
 
-/// The sum of 8 int32 lanes.
-inline std::int32_t add_lanes_avx2(__m256i v) {
+/// The sum of the 32 int32 lanes of four vectors.
+inline std::int32_t add_lanes_avx2(const __m256i (&v4)[4]) {
+  const __m256i v = _mm256_add_epi32(_mm256_add_epi32(v4[0], v4[1]), _mm256_add_epi32(v4[2], v4[3]));
   __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
   return _mm_cvtsi128_si32(_mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1)));
@@ -137,8 +138,7 @@ inline void quantize_block(const float* xb, std::byte* e) {
   for (int i = 0; i < 4; ++i)
     q[i] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(x[i], inverse)), lo), hi);
   store_bytes_avx2(q, e);
-  write_entry_scales(e, dx, add_lanes_avx2(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]),
-                                                            _mm256_add_epi32(q[2], q[3]))));
+  write_entry_scales(e, dx, add_lanes_avx2(q));
 #else
   quantize_block_portable(xb, e);
 #endif
@@ -227,8 +227,7 @@ inline void quantize_block_wide(const float* xb, std::byte* e) {
   const __m256 f1 = _mm256_set1_ps(std::ldexp(1.0f, s / 2)), f2 = _mm256_set1_ps(std::ldexp(1.0f, s - s / 2));
   __m256i X[4];
   for (int i = 0; i < 4; ++i) X[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(x[i], f1), f2));
-  const std::int32_t total =
-      add_lanes_avx2(_mm256_add_epi32(_mm256_add_epi32(X[0], X[1]), _mm256_add_epi32(X[2], X[3])));
+  const std::int32_t total = add_lanes_avx2(X);
   std::int32_t sums[3];
   for (int i = 0; i < 3; ++i) {
     __m256i digit[4];
@@ -237,8 +236,7 @@ inline void quantize_block_wide(const float* xb, std::byte* e) {
       X[h] = _mm256_srai_epi32(_mm256_sub_epi32(X[h], digit[h]), 8);
     }
     store_bytes_avx2(digit, e + 32 * i);
-    sums[i] = add_lanes_avx2(
-        _mm256_add_epi32(_mm256_add_epi32(digit[0], digit[1]), _mm256_add_epi32(digit[2], digit[3])));
+    sums[i] = add_lanes_avx2(digit);
   }
   write_wide_scales(e, sums, s, total);
 #else
