@@ -431,16 +431,40 @@ TEST_CASE("matmul with several outputs and accumulation equals separate products
 TEST_CASE("exp_approx is within a few ulp of std::exp and its vector twin gives the same bits", "[kernels]") {
   std::vector<float> x;
   for (float v = -90.0f; v < 90.0f; v += 0.0137f) x.push_back(v);
-  x.resize(x.size() / 16 * 16 + 7);  // a scalar tail after the vector body
-  std::vector<float> vectorised = x;
-  specdec::llama::detail::exp_shifted(vectorised.data(), vectorised.size(), 0.0f);
+  x.resize(x.size() / 16 * 16 + 7);  // a tail after the vector body
+  std::vector<float> vectorised = x;  // softmax_row's weights: e^(x − max) by exp16, or exp_approx in a tail
+  specdec::llama::detail::softmax_row(vectorised.data(), vectorised.size());
+  const float max = *std::max_element(x.begin(), x.end());
   for (std::size_t i = 0; i < x.size(); ++i) {
+    const float weight = specdec::llama::detail::exp_approx(x[i] - max);
+    REQUIRE(std::memcmp(&weight, &vectorised[i], sizeof(float)) == 0);
     const float scalar = specdec::llama::detail::exp_approx(x[i]);
-    REQUIRE(std::memcmp(&scalar, &vectorised[i], sizeof(float)) == 0);
     if (x[i] > -87.0f && x[i] < 88.0f) REQUIRE(std::abs(scalar - std::exp(x[i])) <= 4e-7f * std::exp(x[i]));
   }
   REQUIRE(specdec::llama::detail::exp_approx(-1000.0f) < 1e-37f);
   REQUIRE(specdec::llama::detail::exp_approx(0.0f) == 1.0f);
+}
+
+TEST_CASE("softmax_row gives the bits of the reference sequence for every length, ties, zeros and NaN", "[kernels]") {
+  // softmax_row folds the max and the sum in vector lanes; softmax_row_portable is the scalar reference
+  // (max_by_lanes, exp_approx, sum_by_lanes). Lengths cover empty rows, tails of every size and several blocks.
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  for (std::size_t n = 0; n <= 300; n += (n < 70 ? 1 : 23)) {
+    for (int kind = 0; kind < 4; ++kind) {
+      std::vector<float> s(n);
+      for (auto& v : s) v = normal(rng);
+      if (kind == 1) for (auto& v : s) v = std::round(v);             // ties for the max
+      if (kind == 2) for (std::size_t j = 0; j < n; ++j) s[j] = (j % 3 == 0) ? 0.0f : -0.0f;  // ±0 only
+      if (kind == 3 && n > 0) s[rng() % n] = std::nanf(""), s[rng() % n] = -INFINITY;
+      std::vector<float> fast = s, reference = s;
+      const float sum = specdec::llama::detail::softmax_row(fast.data(), n);
+      const float expected = specdec::llama::detail::softmax_row_portable(reference.data(), n);
+      INFO("n = " << n << ", kind " << kind);
+      REQUIRE(std::memcmp(&sum, &expected, sizeof(float)) == 0);
+      REQUIRE(std::memcmp(fast.data(), reference.data(), n * sizeof(float)) == 0);
+    }
+  }
 }
 
 TEST_CASE("input quantisation for the dot kernels: the vector path writes the same bytes as the scalar one",
@@ -473,7 +497,7 @@ TEMPLATE_TEST_CASE("grouped attention: the AVX-512 kernel and the portable path 
   };
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (std::size_t d : {std::size_t{64}, std::size_t{128}, std::size_t{20}}) {
+  for (std::size_t d : {std::size_t{64}, std::size_t{128}, std::size_t{256}, std::size_t{20}}) {
     for (std::size_t heads : {std::size_t{1}, std::size_t{3}, std::size_t{6}}) {
       for (std::size_t keys : {std::size_t{1}, std::size_t{15}, std::size_t{16}, std::size_t{37}, std::size_t{200}}) {
         const std::size_t blocks = (keys + key_block - 1) / key_block, stride = blocks * key_block;

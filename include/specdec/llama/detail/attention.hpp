@@ -32,12 +32,14 @@ namespace specdec::llama::detail {
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
-/// e^x within about 2 ulp for x in [−87.3, 88.3]; inputs outside are clamped (so e^−1000 gives 1e−38, not 0).
+/// e^x within about 2 ulp for x in [−87.3, 88.3]; inputs outside are clamped (so e^−1000 gives 1e−38, not 0),
+/// NaN to −87.3 as vmaxps clamps it (so a NaN score weighs nothing, on every path alike).
 /// Cody–Waite reduction x = k·ln2 + r, |r| <= ln2/2, then a degree-6 polynomial for e^r and 2^k from bits.
 /// Every multiply-add is an explicit fma so that exp16 below, which mirrors it operation by operation, gives
 /// the same bits: an element's value does not depend on whether it falls in a vector body or a scalar tail.
 inline float exp_approx(float x) {
-  x = std::min(std::max(x, -87.3f), 88.3f);
+  x = x > -87.3f ? x : -87.3f;  // _mm512_max_ps(x, c): c where x is NaN
+  x = x < 88.3f ? x : 88.3f;
   const float k = std::floor(std::fma(x, 1.44269504088896341f, 0.5f));
   float r = std::fma(-k, 0.693359375f, x);
   r = std::fma(-k, -2.12194440e-4f, r);
@@ -95,19 +97,6 @@ inline __m256 exp8(__m256 x) {
 }
 #endif
 
-/// v[i] = e^(v[i] − shift) for i < n.
-inline void exp_shifted(float* v, std::size_t n, float shift) {
-  std::size_t i = 0;
-#if defined(__AVX512F__)
-  const __m512 s = _mm512_set1_ps(shift);
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(v + i, exp16(_mm512_sub_ps(_mm512_loadu_ps(v + i), s)));
-#elif defined(SPECDEC_ATTENTION_AVX2)
-  const __m256 s = _mm256_set1_ps(shift);
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(v + i, exp8(_mm256_sub_ps(_mm256_loadu_ps(v + i), s)));
-#endif
-  for (; i < n; ++i) v[i] = exp_approx(v[i] - shift);
-}
-
 /// gate[i] = SiLU(gate[i])·up[i] = gate[i] / (1 + e^−gate[i]) · up[i] for i < n.
 inline void swiglu(float* gate, const float* up, std::size_t n) {
   std::size_t i = 0;
@@ -148,6 +137,7 @@ inline void swiglu(float* gate, const float* up, std::size_t n) {
 
 inline constexpr std::size_t key_block = 16;  // positions per block of the transposed keys
 inline constexpr std::size_t max_attention_rows = 64;  // heads × positions of one attend_group call, at most
+inline constexpr std::size_t max_head_dim = 256;  // the AVX-512 kernel's limit (the portable path has none)
 /// Rows that one pass of the vector kernel serves with each key and value it loads (1: a pass per row).
 #if defined(__AVX512F__)
 inline constexpr std::size_t rows_per_pass = 6;
@@ -156,6 +146,14 @@ inline constexpr std::size_t rows_per_pass = 1;
 #endif
 
 inline std::size_t score_chains(std::size_t d) { return d % 4 == 0 ? 4 : 1; }
+
+/// lanes[l] = op(lanes[l], lanes[l + w]) for w = 8, 4, 2, 1, l < w; returns lanes[0]: fold_by_lanes's last step.
+template <class T, class Op>
+T fold_lanes(T* lanes, Op&& op) {
+  for (std::size_t width = 8; width > 0; width /= 2)
+    for (std::size_t l = 0; l < width; ++l) lanes[l] = op(lanes[l], lanes[l + width]);
+  return lanes[0];
+}
 
 /// Folds term(0..n) with op in 16 partial results by index (lanes[j % 16], starting from `init`), then
 /// lanes[l] = op(lanes[l], lanes[l + w]) for w = 8, 4, 2, 1: the same order for every n, and it vectorises
@@ -168,21 +166,80 @@ T fold_by_lanes(std::size_t n, T init, Term&& term, Op&& op) {
   for (; j + 16 <= n; j += 16)
     for (std::size_t l = 0; l < 16; ++l) lanes[l] = op(lanes[l], term(j + l));
   for (; j < n; ++j) lanes[j % 16] = op(lanes[j % 16], term(j));
-  for (std::size_t width = 8; width > 0; width /= 2)
-    for (std::size_t l = 0; l < width; ++l) lanes[l] = op(lanes[l], lanes[l + width]);
-  return lanes[0];
+  return fold_lanes(lanes, op);
 }
+
+inline float add_floats(float a, float b) { return a + b; }
+/// a unless b is greater: a NaN b is skipped, and of +0 and −0 the first stays (as _mm512_max_ps(b, a) does).
+inline float max_floats(float a, float b) { return std::max(a, b); }
 
 /// Sum of scores[0..n), by fold_by_lanes.
 inline float sum_by_lanes(const float* scores, std::size_t n) {
-  return fold_by_lanes(n, 0.0f, [scores](std::size_t j) { return scores[j]; }, [](float a, float b) { return a + b; });
+  return fold_by_lanes(n, 0.0f, [scores](std::size_t j) { return scores[j]; }, add_floats);
 }
 
 /// Max of scores[0..n), by fold_by_lanes (a max is exact in any order; NaNs are skipped, and ±0 both give the
 /// same weights e^(s − max)).
 inline float max_by_lanes(const float* scores, std::size_t n) {
-  return fold_by_lanes(n, -INFINITY, [scores](std::size_t j) { return scores[j]; },
-                       [](float a, float b) { return std::max(a, b); });
+  return fold_by_lanes(n, -INFINITY, [scores](std::size_t j) { return scores[j]; }, max_floats);
+}
+
+/// The softmax weights of n scores in place, s[j] = e^(s[j] − max) by exp_approx with max = max_by_lanes(s, n),
+/// and returns their sum by sum_by_lanes. The reference sequence that softmax_row performs with vectors.
+inline float softmax_row_portable(float* s, std::size_t n) {
+  const float max = max_by_lanes(s, n);
+  for (std::size_t j = 0; j < n; ++j) s[j] = exp_approx(s[j] - max);
+  return sum_by_lanes(s, n);
+}
+
+/// softmax_row_portable's operations in two vector passes: the max, then the exponentials and their sum
+/// together. A vector accumulator's lane l takes the scores j ≡ l (mod 16) in order of j, as fold_by_lanes's
+/// partial results do, and fold_lanes finishes both folds as it does; so the bits are the same. (Against three
+/// passes, the max and the sum scalar folds, forwards of SmolLM2 at context 256 on 2 threads took 0.97x the time
+/// at 9 positions, 0.98x at 5, 0.998x at 1, the attention stage 0.87-0.94x, alternating call by call.)
+inline float softmax_row(float* s, std::size_t n) {
+#if defined(__AVX512F__)
+  const std::size_t body = n / 16 * 16;
+  const auto tail = static_cast<__mmask16>((1u << (n - body)) - 1);
+  float lanes[16];
+  __m512 max = _mm512_set1_ps(-INFINITY);
+  for (std::size_t j = 0; j < body; j += 16) max = _mm512_max_ps(_mm512_loadu_ps(s + j), max);
+  max = _mm512_mask_max_ps(max, tail, _mm512_maskz_loadu_ps(tail, s + body), max);
+  _mm512_storeu_ps(lanes, max);
+  const __m512 shift = _mm512_set1_ps(fold_lanes(lanes, max_floats));
+  __m512 sum = _mm512_setzero_ps();
+  for (std::size_t j = 0; j < body; j += 16) {
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j), shift));
+    _mm512_storeu_ps(s + j, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, s + body), shift));
+  _mm512_mask_storeu_ps(s + body, tail, e);
+  _mm512_storeu_ps(lanes, _mm512_mask_add_ps(sum, tail, sum, e));
+  return fold_lanes(lanes, add_floats);
+#elif defined(SPECDEC_ATTENTION_AVX2)
+  const std::size_t body = n / 16 * 16;
+  float lanes[16];
+  __m256 max[2] = {_mm256_set1_ps(-INFINITY), _mm256_set1_ps(-INFINITY)};
+  for (std::size_t j = 0; j < body; j += 16)
+    for (int half = 0; half < 2; ++half) max[half] = _mm256_max_ps(_mm256_loadu_ps(s + j + 8 * half), max[half]);
+  for (int half = 0; half < 2; ++half) _mm256_storeu_ps(lanes + 8 * half, max[half]);
+  for (std::size_t j = body; j < n; ++j) lanes[j % 16] = max_floats(lanes[j % 16], s[j]);
+  const float m = fold_lanes(lanes, max_floats);
+  const __m256 shift = _mm256_set1_ps(m);
+  __m256 sum[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (std::size_t j = 0; j < body; j += 16)
+    for (int half = 0; half < 2; ++half) {
+      const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j + 8 * half), shift));
+      _mm256_storeu_ps(s + j + 8 * half, e);
+      sum[half] = _mm256_add_ps(sum[half], e);
+    }
+  for (int half = 0; half < 2; ++half) _mm256_storeu_ps(lanes + 8 * half, sum[half]);
+  for (std::size_t j = body; j < n; ++j) lanes[j % 16] += (s[j] = exp_approx(s[j] - m));
+  return fold_lanes(lanes, add_floats);
+#else
+  return softmax_row_portable(s, n);
+#endif
 }
 
 /// A stored key or value as float: itself, or a half-precision bit pattern widened (exactly).
@@ -219,16 +276,12 @@ struct AttentionGroup {
   std::size_t row_keys(std::size_t r) const { return keys + r / heads; }
 };
 
-/// Softmax of each row's scores in place (weights e^(s − max)) and 1/sum per row; shared by both paths.
+/// Softmax of each row's scores in place (weights e^(s − max)) and 1/sum per row, by softmax_row or, on the
+/// portable path, softmax_row_portable.
 template <class T>
-void softmax_rows(const AttentionGroup<T>& a, float* inverse) {
-  for (std::size_t r = 0; r < a.rows(); ++r) {
-    float* s = a.score_row(r);
-    const std::size_t keys = a.row_keys(r);
-    const float max = max_by_lanes(s, keys);
-    exp_shifted(s, keys, max);
-    inverse[r] = 1.0f / sum_by_lanes(s, keys);
-  }
+void softmax_rows(const AttentionGroup<T>& a, float* inverse, bool portable = false) {
+  for (std::size_t r = 0; r < a.rows(); ++r)
+    inverse[r] = 1.0f / (portable ? softmax_row_portable : softmax_row)(a.score_row(r), a.row_keys(r));
 }
 
 /// The portable path of attend_group (also the reference for the vector kernels).
@@ -251,7 +304,7 @@ void attend_group_portable(const AttentionGroup<T>& a) {
     }
   }
   float inverse[max_attention_rows];
-  softmax_rows(a, inverse);
+  softmax_rows(a, inverse, /*portable=*/true);
   for (std::size_t r = 0; r < a.rows(); ++r) {
     const float* p = a.score_row(r);
     float* out = a.out_row(r);
@@ -280,12 +333,20 @@ inline __m512 load16(const std::uint16_t* p) {
 
 /// Scores of H rows (H <= 6) r0.. for all keys of the last of them, 16 keys per step: each key column is
 /// loaded once for all H rows (a row with fewer keys computes a few scores it never reads).
-/// requires: d % 4 == 0, d / 4 >= 1.
+/// requires: d % 4 == 0, 4 <= d <= max_head_dim.
 template <int H, class T>
 void group_scores_avx512(const AttentionGroup<T>& a, std::size_t r0) {
   const std::size_t part = a.d / 4, blocks = (a.row_keys(r0 + H - 1) + key_block - 1) / key_block;
-  const float* q[H];
-  for (int h = 0; h < H; ++h) q[h] = a.q_row(r0 + h);
+  // The rows' query values in the order the loop below reads them, qs[(c·4 + m)·H + h] = q_h[m·part + c], so that
+  // the broadcasts address one pointer with fixed offsets. Read from the H rows, GCC ran out of registers for the
+  // addresses and reloaded them from the stack between FMAs; with the copy, forwards of 9 positions took 0.99x
+  // the time and the attention stage 0.96x (5 positions: 0.999x, 0.97x; 1: no change), alternating call by call.
+  alignas(64) float qs[max_head_dim * rows_per_pass];
+  for (int h = 0; h < H; ++h) {
+    const float* q = a.q_row(r0 + h);
+    for (std::size_t c = 0; c < part; ++c)
+      for (int m = 0; m < 4; ++m) qs[(c * 4 + m) * H + h] = q[m * part + c];
+  }
   const __m512 scale = _mm512_set1_ps(a.scale);
   for (std::size_t b = 0; b < blocks; ++b) {
     const T* block = a.keys_t + b * a.d * key_block;
@@ -297,22 +358,24 @@ void group_scores_avx512(const AttentionGroup<T>& a, std::size_t r0) {
     for (int m = 0; m < 4; ++m) {
       _mm_prefetch(reinterpret_cast<const char*>(next + m * part * key_block), _MM_HINT_T1);
       const __m512 k = load16(block + m * part * key_block);
-      for (int h = 0; h < H; ++h) acc[h][m] = _mm512_mul_ps(_mm512_set1_ps(q[h][m * part]), k);
+      for (int h = 0; h < H; ++h) acc[h][m] = _mm512_mul_ps(_mm512_set1_ps(qs[m * H + h]), k);
     }
     // The values of this block's keys (16 rows, d cache lines in float) are asked into L2 a line per column, so
     // they stream in beside the keys instead of after them. In f16 they are d / 2 lines and the rest of the
     // requests reach into the next block's values (or, for the last block, past them: a prefetch never faults);
     // limiting them to the block's own lines measured no faster (2.73-2.84 against 2.64-2.80 ms per forward).
     const std::uintptr_t values = reinterpret_cast<std::uintptr_t>(a.values + b * key_block * a.d);
-    for (std::size_t c = 1; c < part; ++c)
+    for (std::size_t c = 1; c < part; ++c) {
+      const float* qc = qs + c * 4 * H;
       for (int m = 0; m < 4; ++m) {
         const std::size_t col = m * part + c;
         _mm_prefetch(reinterpret_cast<const char*>(next + col * key_block), _MM_HINT_T1);
         _mm_prefetch(reinterpret_cast<const char*>(values + (c * 4 + m) * 64), _MM_HINT_T1);
         __m512 k = load16(block + col * key_block);
         SPECDEC_IN_REGISTER(k);  // one load for all rows, the query values broadcast from memory
-        for (int h = 0; h < H; ++h) acc[h][m] = _mm512_fmadd_ps(_mm512_set1_ps(q[h][col]), k, acc[h][m]);
+        for (int h = 0; h < H; ++h) acc[h][m] = _mm512_fmadd_ps(_mm512_set1_ps(qc[m * H + h]), k, acc[h][m]);
       }
+    }
     for (int h = 0; h < H; ++h) {
       const __m512 total = _mm512_add_ps(_mm512_add_ps(acc[h][0], acc[h][1]), _mm512_add_ps(acc[h][2], acc[h][3]));
       _mm512_storeu_ps(a.score_row(r0 + h) + b * key_block, _mm512_mul_ps(total, scale));
@@ -443,7 +506,7 @@ void row_values_avx2(const AttentionGroup<T>& a, std::size_t r, std::size_t c0, 
 template <class T>
 void attend_group(const AttentionGroup<T>& a, bool portable = false) {
 #if defined(__AVX512F__)
-  if (!portable && a.d % 64 == 0) {
+  if (!portable && a.d % 64 == 0 && a.d <= max_head_dim) {
     for_row_chunks<ScoreStep>(a.rows(), a);
     float inverse[max_attention_rows];
     softmax_rows(a, inverse);
