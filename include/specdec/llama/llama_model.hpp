@@ -216,18 +216,23 @@ class Transformer {
     for (std::size_t l = 0; l < layers_; ++l) {
       const LayerWeights& w = weights_->layer(l);
       // 2. Attention: norm, Q/K/V projections (K and V straight into the cache), RoPE, attention, Wo + residual.
-      prefetch_kv(l, start, n);
+      // One attention task per kv head (n <= attention_span()): the task also applies RoPE to its heads and
+      // stores the head's new keys and values (see attention()). Otherwise the caller does, for all heads.
+      const bool per_head = n <= attention_span();
+      if (!per_head) prefetch_kv(l, start, n);
       rms_norm(x_.data(), w.attn_norm.data(), h_.data(), n);
       clock.mark(other);
       const MatmulOutput qkv[] = {{&w.q, q_.data(), qw, false}, {&w.k, k_.data(), kw, false}, {&w.v, v_.data(), kw, false}};
       matmul(qkv, h_.data(), e, n, pool, false, quantized(e));
       clock.mark(products);
-      rope(q_.data(), qw, c.heads, start, n);
-      rope(k_.data(), kw, c.kv_heads, start, n);
+      if (!per_head) {
+        rope(q_.data(), qw, c.heads, start, n);
+        rope(k_.data(), kw, c.kv_heads, start, n);
+      }
       with_kv([&](auto& kv, auto& keys_t) {
-        store_kv(kv, keys_t, l, start, n);
+        if (!per_head) store_kv(kv, keys_t, l, start, n);
         clock.mark(other);
-        attention(kv, keys_t, l, start, n);
+        attention(kv, keys_t, l, start, n, per_head);
         clock.mark(&ForwardProfile::attention);
       });
       matmul(MatmulOutput{&w.o, x_.data(), e, true}, attn_.data(), qw, n, pool, false,
@@ -368,12 +373,16 @@ class Transformer {
   /// the Q/K/V product): the weight stream has evicted them since the last step, and a transposed key writes
   /// one value to each of head_dim lines, so waiting for each line in turn cost as much as the norms and RoPE.
   void prefetch_kv(std::size_t layer, std::size_t start, std::size_t n) {
-    with_kv([&](auto& kv, auto& keys_t) { prefetch_kv(kv, keys_t, layer, start, n); });
+    with_kv([&](auto& kv, auto& keys_t) {
+      for (std::size_t g = 0; g < config().kv_heads; ++g) prefetch_kv_head(kv, keys_t, layer, g, start, n);
+    });
   }
+  /// The lines of kv head g's part of store_kv.
   template <class Cache, class T>
-  void prefetch_kv(Cache& kv, KeyBlocks<T>& keys_t, std::size_t layer, std::size_t start, std::size_t n) {
+  void prefetch_kv_head(Cache& kv, KeyBlocks<T>& keys_t, std::size_t layer, std::size_t g, std::size_t start,
+                        std::size_t n) {
     const LlamaConfig& c = config();
-    const std::size_t d = c.head_dim;
+    const std::size_t d = c.head_dim, cache_layer = layer * c.kv_heads + g;
     const auto ask = [](const T* p, std::size_t count) {
 #if defined(__GNUC__)
       const auto* bytes = reinterpret_cast<const char*>(p);
@@ -382,52 +391,63 @@ class Transformer {
       (void)p, (void)count;
 #endif
     };
-    for (std::size_t g = 0; g < c.kv_heads; ++g) {
-      const std::size_t cache_layer = layer * c.kv_heads + g;
-      const std::size_t first = start / key_block, last = (start + n - 1) / key_block;
-      ask(&keys_t[(cache_layer * blocks_ + first) * key_block * d], (last - first + 1) * key_block * d);
-      ask(kv.key_rows(cache_layer, static_cast<Eigen::Index>(start), static_cast<Eigen::Index>(n)).data(), n * d);
-      ask(kv.value_rows(cache_layer, static_cast<Eigen::Index>(start), static_cast<Eigen::Index>(n)).data(), n * d);
-    }
+    const std::size_t first = start / key_block, last = (start + n - 1) / key_block;
+    ask(&keys_t[(cache_layer * blocks_ + first) * key_block * d], (last - first + 1) * key_block * d);
+    ask(kv.key_rows(cache_layer, static_cast<Eigen::Index>(start), static_cast<Eigen::Index>(n)).data(), n * d);
+    ask(kv.value_rows(cache_layer, static_cast<Eigen::Index>(start), static_cast<Eigen::Index>(n)).data(), n * d);
   }
 
   /// Appends the n new positions' keys (after RoPE) and values, converted to the cache's element: rows of kv
   /// cache layer (l, g), and the keys again into the transposed blocks the score loop reads.
   template <class Cache, class T>
   void store_kv(Cache& kv, KeyBlocks<T>& keys_t, std::size_t layer, std::size_t start, std::size_t n) {
+    for (std::size_t g = 0; g < config().kv_heads; ++g) store_kv_head(kv, keys_t, layer, g, start, n);
+  }
+  /// kv head g's part of store_kv.
+  template <class Cache, class T>
+  void store_kv_head(Cache& kv, KeyBlocks<T>& keys_t, std::size_t layer, std::size_t g, std::size_t start,
+                     std::size_t n) {
     const LlamaConfig& c = config();
-    const std::size_t d = c.head_dim, kw = c.kv_heads * d;
-    for (std::size_t g = 0; g < c.kv_heads; ++g) {
-      const std::size_t cache_layer = layer * c.kv_heads + g;
-      const auto begin = kv.reserve(cache_layer, n);
-      T* keys = kv.key_rows(cache_layer, begin, static_cast<Eigen::Index>(n)).data();
-      T* values = kv.value_rows(cache_layer, begin, static_cast<Eigen::Index>(n)).data();
-      T* blocks = &keys_t[cache_layer * blocks_ * key_block * d];
-      for (std::size_t i = 0; i < n; ++i) {
-        const float* k = &k_[i * kw + g * d];
-        const float* v = &v_[i * kw + g * d];
-        const std::size_t pos = start + i;
-        T* column = blocks + (pos / key_block) * d * key_block + pos % key_block;
-        for (std::size_t j = 0; j < d; ++j) {
-          const T key = to_kv(k[j], T{});
-          keys[i * d + j] = key;
-          column[j * key_block] = key;
-          values[i * d + j] = to_kv(v[j], T{});
-        }
+    const std::size_t d = c.head_dim, kw = c.kv_heads * d, cache_layer = layer * c.kv_heads + g;
+    const auto begin = kv.reserve(cache_layer, n);
+    T* keys = kv.key_rows(cache_layer, begin, static_cast<Eigen::Index>(n)).data();
+    T* values = kv.value_rows(cache_layer, begin, static_cast<Eigen::Index>(n)).data();
+    T* blocks = &keys_t[cache_layer * blocks_ * key_block * d];
+    for (std::size_t i = 0; i < n; ++i) {
+      const float* k = &k_[i * kw + g * d];
+      const float* v = &v_[i * kw + g * d];
+      const std::size_t pos = start + i;
+      T* column = blocks + (pos / key_block) * d * key_block + pos % key_block;
+      for (std::size_t j = 0; j < d; ++j) {
+        const T key = to_kv(k[j], T{});
+        keys[i * d + j] = key;
+        column[j * key_block] = key;
+        values[i * d + j] = to_kv(v[j], T{});
       }
     }
   }
 
   /// attn_[i, head] = softmax(q·Kᵀ·scale) V over keys 0..start+i, per (run of attention_span() positions, kv
-  /// head) with the query heads that share it, split across threads.
+  /// head) with the query heads that share it, split across threads. With per_head (one run: n <=
+  /// attention_span()) each task first applies RoPE to its query heads and its kv head's keys and stores that kv
+  /// head's new keys and values, which the caller otherwise does for all heads before: the thread that reads a
+  /// head's transposed keys then also wrote them (a new key touches head_dim cache lines). Against the caller's
+  /// stores, quantized_dot forwards of one position took 0.995x the time while the two vCPUs shared an L3 and
+  /// 0.989x while they did not (medians of 66 and 14 rounds, alternating call by call, 2026-12-02).
   template <class Cache, class T>
-  void attention(const Cache& kv, const KeyBlocks<T>& keys_t, std::size_t layer, std::size_t start, std::size_t n) {
+  void attention(Cache& kv, KeyBlocks<T>& keys_t, std::size_t layer, std::size_t start, std::size_t n, bool per_head) {
     const LlamaConfig& c = config();
     const std::size_t qw = c.heads * c.head_dim, d = c.head_dim, group = c.heads / c.kv_heads;
     const std::size_t span = attention_span(), runs = (n + span - 1) / span;
     const bool quantize = attention_quantizes();
     pool_->parallel_for(runs * c.kv_heads, [&](std::size_t task, std::size_t slot) {
       const std::size_t i0 = task / c.kv_heads * span, g = task % c.kv_heads, cache_layer = layer * c.kv_heads + g;
+      if (per_head) {  // runs == 1: this task is the only one of kv head g
+        prefetch_kv_head(kv, keys_t, layer, g, start, n);
+        rope(&q_[g * group * d], qw, group, start, n);
+        rope(&k_[g * d], c.kv_heads * d, 1, start, n);
+        store_kv_head(kv, keys_t, layer, g, start, n);
+      }
       AttentionGroup<T> a;
       a.q = &q_[i0 * qw + g * group * d];
       a.q_stride = d;
