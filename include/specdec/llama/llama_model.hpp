@@ -72,10 +72,13 @@ struct LoadOptions {
 struct ForwardProfile {
   double block_products = 0;  // the transformer blocks' weight products (Q/K/V, output, gate/up, down)
   double attention = 0;       // scores, softmax and the weighted values, every layer (and quantising the
-                              // output projection's inputs)
+                              // output projection's inputs); in forwards of one attention task per kv head (up
+                              // to attention_span() positions: 2 for SmolLM2 with AVX-512, 1 without) also RoPE
+                              // and the KV cache stores
   double output_head = 0;     // the final norm and the output head's product (logits)
-  double other = 0;           // buffers for the call, embedding rows, norms, RoPE, KV cache stores, SwiGLU (the
-                              // norms and SwiGLU also quantise the next products' inputs)
+  double other = 0;           // buffers for the call, embedding rows, norms, SwiGLU, and for wider forwards RoPE
+                              // and the KV cache stores (the norms and SwiGLU also quantise the next products'
+                              // inputs)
   std::size_t forwards = 0;   // forward calls profiled
   std::size_t positions = 0;  // positions they computed
 
