@@ -466,7 +466,7 @@ TEST_CASE("softmax_row gives the bits of the reference sequence for every length
       const float expected = specdec::llama::detail::softmax_row_portable(reference.data(), n);
       INFO("n = " << n << ", kind " << kind);
       REQUIRE(std::memcmp(&sum, &expected, sizeof(float)) == 0);
-      REQUIRE(std::memcmp(fast.data(), reference.data(), n * sizeof(float)) == 0);
+      REQUIRE((n == 0 || std::memcmp(fast.data(), reference.data(), n * sizeof(float)) == 0));  // data() may be null at 0
     }
   }
 }
