@@ -108,24 +108,23 @@ class ThreadPool {
       return;
     }
     using F = std::remove_reference_t<Fn>;
-    Job& job = job_;
-    job.run = [](void* context, std::size_t task, std::size_t slot) { (*static_cast<F*>(context))(task, slot); };
-    job.context = const_cast<void*>(static_cast<const void*>(std::addressof(fn)));
-    job.tasks = tasks;
-    job.assigned = std::min(count_, tasks);
-    next_.value.store(job.assigned, std::memory_order_relaxed);
-    const std::uint64_t generation = job.generation.load(std::memory_order_relaxed) + 1;
-    job.ticket.store((generation & generation_mask) << generation_shift, std::memory_order_release);  // open
-    job.generation.store(generation, std::memory_order_release);
-    job.generation.notify_all();
+    job_.run = [](void* context, std::size_t task, std::size_t slot) { (*static_cast<F*>(context))(task, slot); };
+    job_.context = const_cast<void*>(static_cast<const void*>(std::addressof(fn)));
+    job_.tasks = tasks;
+    job_.assigned = std::min(count_, tasks);
+    next_.store(job_.assigned, std::memory_order_relaxed);
+    const std::uint64_t generation = job_.generation.load(std::memory_order_relaxed) + 1;
+    job_.ticket.store((generation & generation_mask) << generation_shift, std::memory_order_release);  // open
+    job_.generation.store(generation, std::memory_order_release);
+    job_.generation.notify_all();
     run_task(0, 0);
     claim_tasks(0);
     // Every task is claimed: close the job (no more joins), run the assigned tasks of threads that did not join
     // (descheduled, say), and wait for the workers that did.
-    const std::uint64_t ticket = job.ticket.fetch_or(closed_bit, std::memory_order_acq_rel);
-    for (std::size_t t = 1 + joined(ticket); t < job.assigned; ++t) run_task(t, 0);
+    const std::uint64_t ticket = job_.ticket.fetch_or(closed_bit, std::memory_order_acq_rel);
+    for (std::size_t t = 1 + joined(ticket); t < job_.assigned; ++t) run_task(t, 0);
     if (ticket & active_mask)
-      detail::spin_then_wait(job.ticket, [&job] { return (job.ticket.load(std::memory_order_acquire) & active_mask) == 0; },
+      detail::spin_then_wait(job_.ticket, [this] { return (job_.ticket.load(std::memory_order_acquire) & active_mask) == 0; },
                              spin_);
     if (failed_.load(std::memory_order_acquire)) {
       failed_.store(false, std::memory_order_relaxed);
@@ -151,33 +150,32 @@ class ThreadPool {
     try {
       job_.run(job_.context, t, slot);
     } catch (...) {
-      next_.value.store(job_.tasks, std::memory_order_relaxed);  // skip the rest; the caller rethrows
+      next_.store(job_.tasks, std::memory_order_relaxed);  // skip the rest; the caller rethrows
       if (!failed_.exchange(true, std::memory_order_acq_rel)) error_ = std::current_exception();
     }
   }
 
   void claim_tasks(std::size_t slot) {
-    for (std::size_t t; (t = next_.value.fetch_add(1, std::memory_order_acq_rel)) < job_.tasks;) run_task(t, slot);
+    for (std::size_t t; (t = next_.fetch_add(1, std::memory_order_acq_rel)) < job_.tasks;) run_task(t, slot);
   }
 
   void work(std::size_t slot) {
-    Job& job = job_;
     std::uint64_t seen = 0;
     for (;;) {
-      detail::spin_then_wait(job.generation, [&] { return job.generation.load(std::memory_order_acquire) != seen; },
+      detail::spin_then_wait(job_.generation, [&] { return job_.generation.load(std::memory_order_acquire) != seen; },
                              spin_);
-      seen = job.generation.load(std::memory_order_acquire);
+      seen = job_.generation.load(std::memory_order_acquire);
       if (stop_.load(std::memory_order_acquire)) return;
-      std::uint64_t ticket = job.ticket.load(std::memory_order_acquire);
+      std::uint64_t ticket = job_.ticket.load(std::memory_order_acquire);
       bool joined_job = false;
       while (!joined_job && (ticket >> generation_shift) == (seen & generation_mask) && !(ticket & closed_bit))
-        joined_job = job.ticket.compare_exchange_weak(ticket, ticket + (std::uint64_t{1} << joined_shift) + 1,
-                                                      std::memory_order_acq_rel);
+        joined_job = job_.ticket.compare_exchange_weak(ticket, ticket + (std::uint64_t{1} << joined_shift) + 1,
+                                                       std::memory_order_acq_rel);
       if (!joined_job) continue;  // woke after the caller closed this job
-      if (const std::size_t first = joined(ticket) + 1; first < job.assigned) run_task(first, slot);
+      if (const std::size_t first = joined(ticket) + 1; first < job_.assigned) run_task(first, slot);
       claim_tasks(slot);
-      const std::uint64_t left = job.ticket.fetch_sub(1, std::memory_order_acq_rel) - 1;
-      if ((left & closed_bit) && (left & active_mask) == 0) job.ticket.notify_all();
+      const std::uint64_t left = job_.ticket.fetch_sub(1, std::memory_order_acq_rel) - 1;
+      if ((left & closed_bit) && (left & active_mask) == 0) job_.ticket.notify_all();
     }
   }
 
@@ -190,15 +188,11 @@ class ThreadPool {
     void (*run)(void*, std::size_t, std::size_t) = nullptr;
     void* context = nullptr;
   };
-  struct alignas(64) Counter {
-    std::atomic<std::size_t> value{0};
-  };
-
   std::size_t count_;
   std::chrono::microseconds spin_;
   std::vector<std::thread> workers_;  // [count_ - 1]
   Job job_;
-  Counter next_;                      // next unclaimed task of the current job, past the assigned ones
+  alignas(64) std::atomic<std::size_t> next_{0};  // next unclaimed task of the current job, past the assigned ones
   std::atomic<bool> stop_{false};
   std::atomic<bool> failed_{false};   // a task of the current job threw; error_ holds the first exception
   std::exception_ptr error_;
