@@ -155,10 +155,34 @@ const float* prepared_inputs(const float* x, std::size_t x_stride, std::size_t p
 // AVX-512 path. Each visitor loads (and widens) R panels' weights for one column at a time and hands
 // them to fn(w, k); the kernel multiplies them into R × P accumulators.
 
+/// Asks, with the non-temporal hint, for the line at byte `offset` of each of the R panels `ahead` bytes after
+/// the given ones (the next kernel step's panels; a prefetch never faults, past the matrix's end included).
+template <int R>
+SPECDEC_ALWAYS_INLINE void prefetch_ahead(const std::byte* const* panel, std::size_t ahead, std::size_t offset) {
+  for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(panel[r] + ahead + offset), _MM_HINT_NTA);
+}
+
+/// Bytes from a kernel step's R panels (from `panel`) to the next step's, for prefetch_ahead; 0 where the step
+/// asks for nothing. The float kernels ask for the next step's panels, column by column beside their own loads,
+/// in the kernels of 1 and 2 panels (3 positions and more) and, where the visitor's ask_wide says, in those of
+/// 4; never past `last`, the end of the thread's run (asking for panels another thread computes, up to 72 KiB
+/// per call in f32, took one-position forwards to 1.02-1.03x the time of asking for nothing). The hardware
+/// prefetcher alone left the kernels waiting on memory: alternating call by call with no request (forwards of
+/// SmolLM2 at context 256, 2 threads, Zen 5, 2026-12-02, medians of 4-10 rounds per machine state), bf16 took
+/// 0.60-0.67x the time at 5 and 9 positions, 0.81-0.95x at 2 and 0.92-1.00x at 1; f32 0.82-0.88x at 5 and
+/// 0.73-0.82x at 9; bf16_dot 0.80-0.88x at 5 and 0.67-0.74x at 9. With 4 panels (1-2 positions) f32 and bf16_dot
+/// took 1.07-1.14x the time with the request, so ask_wide is false for them.
+template <class Visitor, int R>
+std::size_t panel_ahead(const PackedMatrix& w, std::size_t panel, std::size_t last) {
+  return (R <= 2 || Visitor::ask_wide) && panel + 2 * R <= last ? R * w.panel_bytes() : 0;
+}
+
 struct VisitF32 {
+  static constexpr bool ask_wide = false;  // see panel_ahead
   template <int R, class Fn>
-  static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, Fn&& fn) {
+  static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, std::size_t ahead, Fn&& fn) {
     for (std::size_t k = 0; k < cols; ++k) {
+      if (ahead) prefetch_ahead<R>(panel, ahead, k * panel_rows * 4);
       __m512 w[R];
       for (int r = 0; r < R; ++r) w[r] = _mm512_loadu_ps(reinterpret_cast<const float*>(panel[r]) + k * panel_rows);
       fn(w, k);
@@ -167,10 +191,12 @@ struct VisitF32 {
 };
 
 struct VisitBf16 {
+  static constexpr bool ask_wide = true;
   template <int R, class Fn>
-  static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, Fn&& fn) {
+  static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, std::size_t ahead, Fn&& fn) {
     const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
     for (std::size_t k = 0; k < cols; k += 2) {
+      if (ahead) prefetch_ahead<R>(panel, ahead, k * panel_rows * 2);
       __m512 even[R], odd[R];
       for (int r = 0; r < R; ++r) {
         const __m512i pair = _mm512_loadu_si512(panel[r] + k * panel_rows * 2);  // 16 × (w[k], w[k + 1])
@@ -204,18 +230,20 @@ SPECDEC_ALWAYS_INLINE void store_panels(const MatmulOutput& out, std::size_t pan
   }
 }
 
-/// R panels starting at `panel` × P positions: accumulate over all columns, then store.
+/// R panels starting at `panel` × P positions: accumulate over all columns, then store. `last`: the end of the
+/// thread's run of panels (see panel_ahead).
 /// xt: the P positions' inputs interleaved, xt[k·P + p] = x[p, k], so that every broadcast addresses one base
 /// register (P separate row pointers would exhaust the general registers for large P).
 template <class Visitor, int R, int P>
-void panel_kernel(const MatmulOutput& out, std::size_t panel, const float* xt) {
+void panel_kernel(const MatmulOutput& out, std::size_t panel, std::size_t last, const float* xt) {
   const PackedMatrix& w = *out.weights;
   const std::byte* panels[R];
   for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + r);
   __m512 acc[R][P];
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
-  Visitor::template run<R>(panels, w.cols(), [&](const __m512* wv, std::size_t k) SPECDEC_ALWAYS_INLINE_LAMBDA {
+  const std::size_t ahead = panel_ahead<Visitor, R>(w, panel, last);
+  Visitor::template run<R>(panels, w.cols(), ahead, [&](const __m512* wv, std::size_t k) SPECDEC_ALWAYS_INLINE_LAMBDA {
     for (int p = 0; p < P; ++p) {
       const __m512 xv = _mm512_set1_ps(xt[k * P + p]);
       for (int r = 0; r < R; ++r) acc[r][p] = _mm512_fmadd_ps(wv[r], xv, acc[r][p]);
@@ -225,13 +253,16 @@ void panel_kernel(const MatmulOutput& out, std::size_t panel, const float* xt) {
 }
 
 /// Marks the vdpbf16ps kernel in the tables below (it multiplies column pairs, not visited weight vectors).
-struct DotBf16 {};
+struct DotBf16 {
+  static constexpr bool ask_wide = false;
+};
+
 
 #if defined(__AVX512BF16__)
 /// The bf16_dot kernel: one vdpbf16ps per column pair multiplies 16 rows' bf16 weight pairs with a broadcast
 /// pair of bf16-rounded inputs (xt[kp·P + p] holds x[p, 2kp] | x[p, 2kp + 1] << 16) and adds both products.
 template <int R, int P>
-void panel_kernel_dot(const MatmulOutput& out, std::size_t panel, const float* xt_bits) {
+void panel_kernel_dot(const MatmulOutput& out, std::size_t panel, std::size_t last, const float* xt_bits) {
   const PackedMatrix& w = *out.weights;
   const auto* xt = reinterpret_cast<const std::int32_t*>(xt_bits);
   const std::byte* panels[R];
@@ -239,8 +270,9 @@ void panel_kernel_dot(const MatmulOutput& out, std::size_t panel, const float* x
   __m512 acc[R][P];
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
-  const std::size_t pairs = (w.cols() + 1) / 2;
+  const std::size_t pairs = (w.cols() + 1) / 2, ahead = panel_ahead<DotBf16, R>(w, panel, last);
   for (std::size_t kp = 0; kp < pairs; ++kp) {
+    if (ahead) prefetch_ahead<R>(panels, ahead, kp * panel_rows * 4);
     __m512bh wv[R];
     for (int r = 0; r < R; ++r) wv[r] = (__m512bh)_mm512_loadu_si512(panels[r] + kp * panel_rows * 4);
     for (int p = 0; p < P; ++p) {
@@ -252,7 +284,7 @@ void panel_kernel_dot(const MatmulOutput& out, std::size_t panel, const float* x
 }
 #endif
 
-using KernelFn = void (*)(const MatmulOutput&, std::size_t, const float*);
+using KernelFn = void (*)(const MatmulOutput&, std::size_t, std::size_t, const float*);
 
 template <class Visitor, int R, int P>
 constexpr KernelFn kernel_for() {
@@ -294,10 +326,10 @@ void matmul_panels_avx512(const MatmulOutput& out, std::size_t first, std::size_
       og.y = out.y + begin * out.y_stride;
       std::size_t p = b;
       if (step == 4)
-        for (; p + 4 <= block_end; p += 4) wide[count - 1](og, p, xt);
+        for (; p + 4 <= block_end; p += 4) wide[count - 1](og, p, last, xt);
       if (step >= 2)
-        for (; p + 2 <= block_end; p += 2) pair[count - 1](og, p, xt);
-      for (; p < block_end; ++p) single[count - 1](og, p, xt);
+        for (; p + 2 <= block_end; p += 2) pair[count - 1](og, p, last, xt);
+      for (; p < block_end; ++p) single[count - 1](og, p, last, xt);
     }
   }
 }
