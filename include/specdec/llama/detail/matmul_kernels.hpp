@@ -163,22 +163,26 @@ SPECDEC_ALWAYS_INLINE void prefetch_ahead(const std::byte* const* panel, std::si
 }
 
 /// Bytes from a kernel step's R panels (from `panel`) to the next step's, for prefetch_ahead; 0 where the step
-/// asks for nothing. The float kernels ask for the next step's panels, column by column beside their own loads,
-/// in the kernels of 1 and 2 panels (3 positions and more) and, where the visitor's ask_wide says, in those of
-/// 4; never past `last`, the end of the thread's run (asking for panels another thread computes, up to 72 KiB
-/// per call in f32, took one-position forwards to 1.02-1.03x the time of asking for nothing). The hardware
-/// prefetcher alone left the kernels waiting on memory: alternating call by call with no request (forwards of
-/// SmolLM2 at context 256, 2 threads, Zen 5, 2026-12-02, medians of 4-10 rounds per machine state), bf16 took
-/// 0.60-0.67x the time at 5 and 9 positions, 0.81-0.95x at 2 and 0.92-1.00x at 1; f32 0.82-0.88x at 5 and
-/// 0.73-0.82x at 9; bf16_dot 0.80-0.88x at 5 and 0.67-0.74x at 9. With 4 panels (1-2 positions) f32 and bf16_dot
-/// took 1.07-1.14x the time with the request, so ask_wide is false for them.
-template <class Visitor, int R>
+/// asks for nothing. The float kernels of 1 and 2 panels (bf16 and bf16_dot at every width, f32 from 3
+/// positions) ask for the next step's panels, column by column beside their own loads; never past `last`, the
+/// end of the thread's run (asking for panels another thread computes, up to 72 KiB per call in f32, took
+/// one-position forwards to 1.02-1.03x the time of asking for nothing). The hardware prefetcher alone left the
+/// kernels waiting on memory: alternating call by call with no request (forwards of SmolLM2 at context 256, 2
+/// threads, Zen 5, 2026-12-02, medians of 4-10 rounds per machine state), bf16 took 0.60-0.67x the time at 5 and
+/// 9 positions; f32 0.82-0.88x at 5 and 0.73-0.82x at 9; bf16_dot 0.80-0.88x at 5 and 0.67-0.74x at 9. f32's
+/// 4-panel kernels (1-2 positions) took 1.07-1.14x the time with the request, so they make none.
+template <int R>
 std::size_t panel_ahead(const PackedMatrix& w, std::size_t panel, std::size_t last) {
-  return (R <= 2 || Visitor::ask_wide) && panel + 2 * R <= last ? R * w.panel_bytes() : 0;
+  return R <= 2 && panel + 2 * R <= last ? R * w.panel_bytes() : 0;
 }
 
+/// Each visitor's most_panels: the panels per kernel step for 1 and 2 positions (4 fill the registers; see
+/// panels_per_step). bf16 and bf16_dot step by 2: alternating call by call with steps of 4 (forwards of SmolLM2
+/// at context 256, 2 threads, Zen 5, 2026-12-02, medians of 4-24 rounds per machine state), bf16 took 0.88x the
+/// time at 1 position where the two vCPUs do not share an L3 and 0.92x where they do, 0.87x and 0.91x at 2;
+/// bf16_dot 0.90x and 0.997x at 1, 0.88x and 0.96x at 2. f32 took 1.02-1.04x with steps of 2, so it keeps 4.
 struct VisitF32 {
-  static constexpr bool ask_wide = false;  // see panel_ahead
+  static constexpr std::size_t most_panels = 4;
   template <int R, class Fn>
   static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, std::size_t ahead, Fn&& fn) {
     for (std::size_t k = 0; k < cols; ++k) {
@@ -191,7 +195,7 @@ struct VisitF32 {
 };
 
 struct VisitBf16 {
-  static constexpr bool ask_wide = true;
+  static constexpr std::size_t most_panels = 2;
   template <int R, class Fn>
   static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, std::size_t ahead, Fn&& fn) {
     const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
@@ -242,7 +246,7 @@ void panel_kernel(const MatmulOutput& out, std::size_t panel, std::size_t last, 
   __m512 acc[R][P];
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
-  const std::size_t ahead = panel_ahead<Visitor, R>(w, panel, last);
+  const std::size_t ahead = panel_ahead<R>(w, panel, last);
   Visitor::template run<R>(panels, w.cols(), ahead, [&](const __m512* wv, std::size_t k) SPECDEC_ALWAYS_INLINE_LAMBDA {
     for (int p = 0; p < P; ++p) {
       const __m512 xv = _mm512_set1_ps(xt[k * P + p]);
@@ -254,7 +258,7 @@ void panel_kernel(const MatmulOutput& out, std::size_t panel, std::size_t last, 
 
 /// Marks the vdpbf16ps kernel in the tables below (it multiplies column pairs, not visited weight vectors).
 struct DotBf16 {
-  static constexpr bool ask_wide = false;
+  static constexpr std::size_t most_panels = 2;
 };
 
 
@@ -270,7 +274,7 @@ void panel_kernel_dot(const MatmulOutput& out, std::size_t panel, std::size_t la
   __m512 acc[R][P];
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
-  const std::size_t pairs = (w.cols() + 1) / 2, ahead = panel_ahead<DotBf16, R>(w, panel, last);
+  const std::size_t pairs = (w.cols() + 1) / 2, ahead = panel_ahead<R>(w, panel, last);
   for (std::size_t kp = 0; kp < pairs; ++kp) {
     if (ahead) prefetch_ahead<R>(panels, ahead, kp * panel_rows * 4);
     __m512bh wv[R];
@@ -302,16 +306,16 @@ constexpr std::array<KernelFn, sizeof...(P)> kernel_table(std::integer_sequence<
 }
 
 /// Panels per kernel step for a group of `count` positions: as many accumulators as the 32 registers allow
-/// next to the weights.
-inline std::size_t panels_per_step(std::size_t count) {
-  if (count <= 2) return 4;
+/// next to the weights, up to the visitor's most_panels.
+template <class Visitor>
+std::size_t panels_per_step(std::size_t count) {
+  if (count <= 2) return Visitor::most_panels;
   return count <= 12 ? 2 : 1;
 }
 
 template <class Visitor, InputLayout Layout>
 void matmul_panels_avx512(const MatmulOutput& out, std::size_t first, std::size_t last, const float* x,
                           std::size_t x_stride, std::size_t positions, std::uint64_t call) {
-  static constexpr auto wide = kernel_table<Visitor, 4>(std::make_integer_sequence<int, 2>{});
   static constexpr auto pair = kernel_table<Visitor, 2>(std::make_integer_sequence<int, 12>{});
   static constexpr auto single = kernel_table<Visitor, 1>(std::make_integer_sequence<int, max_position_group>{});
   const std::size_t cols = out.weights->cols();
@@ -320,13 +324,16 @@ void matmul_panels_avx512(const MatmulOutput& out, std::size_t first, std::size_
     const std::size_t block_end = std::min(last, b + step_panels);
     for (std::size_t g = 0; g < group_count(positions); ++g) {
       const std::size_t begin = group_begin(positions, g), count = group_begin(positions, g + 1) - begin;
-      const std::size_t step = panels_per_step(count);
+      const std::size_t step = panels_per_step<Visitor>(count);
       const float* xt = interleaved + begin * cols;
       MatmulOutput og = out;
       og.y = out.y + begin * out.y_stride;
       std::size_t p = b;
-      if (step == 4)
-        for (; p + 4 <= block_end; p += 4) wide[count - 1](og, p, last, xt);
+      if constexpr (Visitor::most_panels == 4) {
+        static constexpr auto wide = kernel_table<Visitor, 4>(std::make_integer_sequence<int, 2>{});
+        if (step == 4)
+          for (; p + 4 <= block_end; p += 4) wide[count - 1](og, p, last, xt);
+      }
       if (step >= 2)
         for (; p + 2 <= block_end; p += 2) pair[count - 1](og, p, last, xt);
       for (; p < block_end; ++p) single[count - 1](og, p, last, xt);
