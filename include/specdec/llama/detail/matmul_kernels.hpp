@@ -61,6 +61,13 @@ inline std::size_t group_begin(std::size_t n, std::size_t g, std::size_t most = 
 /// goes over them.
 inline constexpr std::size_t step_panels = 4;
 
+/// Whether the kernel step after R panels from `panel` still lies in the thread's run, which ends at `last`: the
+/// vector kernels ask for that step's panels only then (past the run they are another thread's).
+template <int R>
+bool next_step_in_run(std::size_t panel, std::size_t last) {
+  return panel + 2 * R <= last;
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Portable path: scalar code over 16-lane arrays (the compiler vectorises the lane loops).
 
@@ -173,7 +180,7 @@ SPECDEC_ALWAYS_INLINE void prefetch_ahead(const std::byte* const* panel, std::si
 /// 4-panel kernels (1-2 positions) took 1.07-1.14x the time with the request, so they make none.
 template <int R>
 std::size_t panel_ahead(const PackedMatrix& w, std::size_t panel, std::size_t last) {
-  return R <= 2 && panel + 2 * R <= last ? R * w.panel_bytes() : 0;
+  return R <= 2 && next_step_in_run<R>(panel, last) ? R * w.panel_bytes() : 0;
 }
 
 /// Each visitor's most_panels: the panels per kernel step for 1 and 2 positions (4 fill the registers; see
@@ -260,7 +267,6 @@ void panel_kernel(const MatmulOutput& out, std::size_t panel, std::size_t last, 
 struct DotBf16 {
   static constexpr std::size_t most_panels = 2;
 };
-
 
 #if defined(__AVX512BF16__)
 /// The bf16_dot kernel: one vdpbf16ps per column pair multiplies 16 rows' bf16 weight pairs with a broadcast
@@ -437,7 +443,7 @@ void panel_kernel_avx2(const MatmulOutput& out, std::size_t panel, std::size_t l
   const std::byte* panels[R];
   for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + r);
   const std::size_t ahead = step_panels * w.panel_bytes(), next = R * w.panel_bytes();
-  const bool ask = half == 0 && (!std::is_same_v<Visitor, VisitF32Avx2> || panel + 2 * R <= last);
+  const bool ask = half == 0 && (!std::is_same_v<Visitor, VisitF32Avx2> || next_step_in_run<R>(panel, last));
   __m256 acc[R][H][P];
   for (int r = 0; r < R; ++r)
     for (int h = 0; h < H; ++h)
