@@ -75,3 +75,29 @@ TEST_CASE("kv cache stores any element type, such as half-precision bit patterns
   CHECK(cache.values(0, 2) == values.topRows(2));
   CHECK_THROWS_WITH(cache.append(0, keys, values), "kv cache overflow: layer 0 holds 2 of 4 positions, cannot append 3 more");
 }
+
+TEST_CASE("kv cache layers of several megabytes live in one array each for keys and values", "[kv_cache]") {
+  // 3 layers x 65536 positions x 4 floats: 3 MiB of keys, past the 2 MiB from which the storage asks for huge
+  // pages; the layers must still not overlap, and a copy must not share storage with its source.
+  KvCache cache(3, 65536, 4);
+  for (std::size_t layer = 0; layer < 3; ++layer) {
+    const auto start = cache.reserve(layer, 65536);
+    cache.key_rows(layer, start, 65536).setConstant(static_cast<float>(layer + 1));
+    cache.value_rows(layer, start, 65536).setConstant(-static_cast<float>(layer + 1));
+  }
+  for (std::size_t layer = 0; layer < 3; ++layer) {
+    CHECK((cache.keys(layer, 65536).array() == static_cast<float>(layer + 1)).all());
+    CHECK((cache.values(layer, 65536).array() == -static_cast<float>(layer + 1)).all());
+  }
+  KvCache copy = cache;
+  copy.key_rows(1, 65535, 1).setConstant(9.0f);
+  CHECK(copy.keys(1, 65536)(65535, 3) == 9.0f);
+  CHECK(cache.keys(1, 65536)(65535, 3) == 2.0f);
+  CHECK(cache.keys(2, 1)(0, 0) == 3.0f);
+}
+
+TEST_CASE("kv cache refuses a size that its bytes cannot count", "[kv_cache]") {
+  const std::size_t huge = std::size_t{1} << 40;
+  CHECK_THROWS_WITH(KvCache(huge, huge, 1),
+                    "kv cache of 1099511627776 layers x 1099511627776 positions x 1 values is too large");
+}
