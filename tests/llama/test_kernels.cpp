@@ -9,6 +9,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -140,6 +141,32 @@ TEST_CASE("the thread pool runs every task exactly once per job, many jobs in a 
       for (auto& h : hits) REQUIRE(h.load() == 500);
     }
   }
+}
+
+TEST_CASE("a pool wakes only its own sleeping threads, and only when it has some", "[kernels]") {
+  // libstdc++ keeps one table of 16 waiter entries for every 64-bit atomic that a thread blocks on, keyed by
+  // address bits 2-5, which the two pools' job words share. Before a pool counted its own sleepers, every job of
+  // the busy pool found the idle pool's worker in that entry and made a futex system call.
+  ThreadPool idle(2), busy(2);
+  idle.parallel_for(2, [](std::size_t, std::size_t) {});
+  busy.parallel_for(2, [](std::size_t, std::size_t) {});
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // well past the 300 us spin: both workers block
+  const std::uint64_t idle_before = idle.wakes(), asleep = busy.wakes();
+  // Jobs until the busy pool's worker runs a task: it has woken (each job until then may wake it again).
+  for (std::atomic<bool> worker_ran{false}; !worker_ran;)
+    busy.parallel_for(2, [&](std::size_t, std::size_t slot) { worker_ran = worker_ran || slot == 1; });
+  const std::uint64_t awake = busy.wakes();
+  CHECK(awake - asleep >= 1);
+  std::atomic<int> ran{0};
+  constexpr int jobs = 2000;
+  for (int job = 0; job < jobs; ++job) busy.parallel_for(2, [&](std::size_t, std::size_t) { ran.fetch_add(1); });
+  CHECK(ran.load() == 2 * jobs);
+  CHECK(busy.wakes() - awake < jobs / 4);  // about 0; a busy machine may make the threads block now and then
+  CHECK(idle.wakes() == idle_before);
+  std::atomic<int> later{0};  // the idle pool wakes its worker for its own next job
+  idle.parallel_for(4, [&](std::size_t, std::size_t) { later.fetch_add(1); });
+  CHECK(later.load() == 4);
+  CHECK(idle.wakes() - idle_before >= 1);
 }
 
 TEST_CASE("a task that throws ends its job: the caller rethrows, and the pool runs the next job", "[kernels]") {

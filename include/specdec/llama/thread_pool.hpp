@@ -42,10 +42,13 @@ inline void cpu_relax() {
 #endif
 }
 
-/// Spins until `pred()` holds, for at most `spin`, then blocks on `word` until it changes from `seen`.
-/// requires: whoever makes pred() true changes `word` and calls word.notify_all().
+/// Spins until `pred()` holds, for at most `spin`, then blocks on `word` until it changes from `seen`,
+/// counting itself in `sleepers` before each last look at `word` (see wake()).
+/// requires: whoever makes pred() true changes `word` and then calls wake(word, sleepers, ...); `sleepers`
+/// counts the threads waiting on this `word` only.
 template <class Pred, class Word>
-void spin_then_wait(const std::atomic<Word>& word, Pred pred, std::chrono::microseconds spin) {
+void spin_then_wait(const std::atomic<Word>& word, Pred pred, std::chrono::microseconds spin,
+                    std::atomic<std::uint32_t>& sleepers) {
   const auto deadline = std::chrono::steady_clock::now() + spin;
   for (unsigned i = 1;; ++i) {
     if (pred()) return;
@@ -53,10 +56,27 @@ void spin_then_wait(const std::atomic<Word>& word, Pred pred, std::chrono::micro
     if (i % 64 == 0 && std::chrono::steady_clock::now() > deadline) break;
   }
   for (;;) {
-    const Word seen = word.load(std::memory_order_acquire);
+    sleepers.fetch_add(1, std::memory_order_seq_cst);
+    const Word seen = word.load(std::memory_order_seq_cst);
     if (pred()) return;
     word.wait(seen, std::memory_order_acquire);
   }
+}
+
+/// Wakes the threads blocked on `word` in spin_then_wait, if any may be, and counts the call in `wakes`. A
+/// sleeper counts itself in `sleepers` before its last look at `word`, and the caller changed `word` before
+/// this look at `sleepers` (all sequentially consistent): either the sleeper sees the change or this sees the
+/// sleeper. Taking the count to 0 here means that a woken thread which has not run yet (a busy machine) costs
+/// one system call, not one per job until it runs; a count left by a thread that then did not block costs one
+/// needless call. Without the count, every job made a futex system call whenever any thread of the process slept
+/// on a 64-bit atomic whose address agreed with the job's in bits 2-5 (libstdc++ keeps one table of 16 waiter
+/// entries for all of them), as an idle second pool's threads did: 157 system calls a one-position forward of
+/// SmolLM2, about none now (two models on two pools alternating in one process: 0.98-1.0x the time).
+template <class Word>
+void wake(std::atomic<Word>& word, std::atomic<std::uint32_t>& sleepers, std::atomic<std::uint64_t>& wakes) {
+  if (sleepers.exchange(0, std::memory_order_seq_cst) == 0) return;
+  wakes.fetch_add(1, std::memory_order_relaxed);
+  word.notify_all();
 }
 
 }  // namespace detail
@@ -90,13 +110,18 @@ class ThreadPool {
 
   ~ThreadPool() {
     stop_.store(true, std::memory_order_release);
-    job_.generation.fetch_add(1, std::memory_order_acq_rel);
+    job_.generation.fetch_add(1, std::memory_order_seq_cst);
     job_.generation.notify_all();
     for (auto& worker : workers_) worker.join();
   }
 
   /// Threads that may run tasks, the caller included; slots passed to tasks are below this.
   std::size_t threads() const { return count_; }
+
+  /// How many times a job's opening or end found a thread of this pool blocked (idle past `spin`) and woke it,
+  /// since construction: a system call each. A pool that runs jobs back to back keeps this near 0; if it grows
+  /// by about one a job, `spin` is shorter than the gaps between this program's jobs.
+  std::uint64_t wakes() const { return wakes_.load(std::memory_order_relaxed); }
 
   /// Calls fn(task, slot) once for each task in [0, tasks) and returns when all have returned. `slot`
   /// (0 for the caller) is the running thread's index, for per-thread scratch. If a task throws, the first
@@ -115,8 +140,8 @@ class ThreadPool {
     next_.store(job_.assigned, std::memory_order_relaxed);
     const std::uint64_t generation = job_.generation.load(std::memory_order_relaxed) + 1;
     job_.ticket.store((generation & generation_mask) << generation_shift, std::memory_order_release);  // open
-    job_.generation.store(generation, std::memory_order_release);
-    job_.generation.notify_all();
+    job_.generation.store(generation, std::memory_order_seq_cst);
+    detail::wake(job_.generation, worker_sleepers_, wakes_);
     run_task(0, 0);
     claim_tasks(0);
     // Every task is claimed: close the job (no more joins), run the assigned tasks of threads that did not join
@@ -125,7 +150,7 @@ class ThreadPool {
     for (std::size_t t = 1 + joined(ticket); t < job_.assigned; ++t) run_task(t, 0);
     if (ticket & active_mask)
       detail::spin_then_wait(job_.ticket, [this] { return (job_.ticket.load(std::memory_order_acquire) & active_mask) == 0; },
-                             spin_);
+                             spin_, caller_sleepers_);
     if (failed_.load(std::memory_order_acquire)) {
       failed_.store(false, std::memory_order_relaxed);
       std::rethrow_exception(std::exchange(error_, nullptr));
@@ -163,7 +188,7 @@ class ThreadPool {
     std::uint64_t seen = 0;
     for (;;) {
       detail::spin_then_wait(job_.generation, [&] { return job_.generation.load(std::memory_order_acquire) != seen; },
-                             spin_);
+                             spin_, worker_sleepers_);
       seen = job_.generation.load(std::memory_order_acquire);
       if (stop_.load(std::memory_order_acquire)) return;
       std::uint64_t ticket = job_.ticket.load(std::memory_order_acquire);
@@ -174,8 +199,8 @@ class ThreadPool {
       if (!joined_job) continue;  // woke after the caller closed this job
       if (const std::size_t first = joined(ticket) + 1; first < job_.assigned) run_task(first, slot);
       claim_tasks(slot);
-      const std::uint64_t left = job_.ticket.fetch_sub(1, std::memory_order_acq_rel) - 1;
-      if ((left & closed_bit) && (left & active_mask) == 0) job_.ticket.notify_all();
+      const std::uint64_t left = job_.ticket.fetch_sub(1, std::memory_order_seq_cst) - 1;
+      if ((left & closed_bit) && (left & active_mask) == 0) detail::wake(job_.ticket, caller_sleepers_, wakes_);
     }
   }
 
@@ -188,6 +213,12 @@ class ThreadPool {
     void (*run)(void*, std::size_t, std::size_t) = nullptr;
     void* context = nullptr;
   };
+  // Threads of this pool that may be blocked (not spinning) in spin_then_wait, on the job's generation (workers)
+  // and on its ticket (the caller): a job wakes them only when there may be some (see detail::wake). Written only
+  // around a block and by a wake, read at every job's opening and end.
+  alignas(64) std::atomic<std::uint32_t> worker_sleepers_{0};
+  std::atomic<std::uint32_t> caller_sleepers_{0};
+  std::atomic<std::uint64_t> wakes_{0};  // see wakes()
   std::size_t count_;
   std::chrono::microseconds spin_;
   std::vector<std::thread> workers_;  // [count_ - 1]
