@@ -21,6 +21,7 @@
 #define SPECDEC_ATTENTION_AVX2 1
 #endif
 
+#include "specdec/llama/detail/compiler.hpp"
 #include "specdec/llama/quant.hpp"
 
 namespace specdec::llama::detail {
@@ -222,19 +223,20 @@ inline float softmax_row(float* s, std::size_t n) {
   float lanes[16];
   __m256 max[2] = {_mm256_set1_ps(-INFINITY), _mm256_set1_ps(-INFINITY)};
   for (std::size_t j = 0; j < body; j += 16)
-    for (int half = 0; half < 2; ++half) max[half] = _mm256_max_ps(_mm256_loadu_ps(s + j + 8 * half), max[half]);
-  for (int half = 0; half < 2; ++half) _mm256_storeu_ps(lanes + 8 * half, max[half]);
+    SPECDEC_UNROLL for (int half = 0; half < 2; ++half)
+      max[half] = _mm256_max_ps(_mm256_loadu_ps(s + j + 8 * half), max[half]);
+  SPECDEC_UNROLL for (int half = 0; half < 2; ++half) _mm256_storeu_ps(lanes + 8 * half, max[half]);
   for (std::size_t j = body; j < n; ++j) lanes[j % 16] = max_floats(lanes[j % 16], s[j]);
   const float m = fold_lanes(lanes, max_floats);
   const __m256 shift = _mm256_set1_ps(m);
   __m256 sum[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   for (std::size_t j = 0; j < body; j += 16)
-    for (int half = 0; half < 2; ++half) {
+    SPECDEC_UNROLL for (int half = 0; half < 2; ++half) {
       const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j + 8 * half), shift));
       _mm256_storeu_ps(s + j + 8 * half, e);
       sum[half] = _mm256_add_ps(sum[half], e);
     }
-  for (int half = 0; half < 2; ++half) _mm256_storeu_ps(lanes + 8 * half, sum[half]);
+  SPECDEC_UNROLL for (int half = 0; half < 2; ++half) _mm256_storeu_ps(lanes + 8 * half, sum[half]);
   for (std::size_t j = body; j < n; ++j) lanes[j % 16] += (s[j] = exp_approx(s[j] - m));
   return fold_lanes(lanes, add_floats);
 #else
@@ -317,13 +319,7 @@ void attend_group_portable(const AttentionGroup<T>& a) {
 }
 
 #if defined(__AVX512F__)
-// Keeps a loaded vector in a register: GCC otherwise folds the load into every FMA that uses it as a memory
-// operand, which for several heads means several loads of the same line per FMA (30% slower here).
-#if defined(__GNUC__)
-#define SPECDEC_IN_REGISTER(v) __asm__("" : "+v"(v))
-#else
-#define SPECDEC_IN_REGISTER(v) (void)0
-#endif
+// SPECDEC_IN_REGISTER below: for several heads GCC would load the same line once per FMA (30% slower here).
 
 /// 16 stored keys or values as floats (half precision widened exactly by vcvtph2ps).
 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
@@ -342,10 +338,10 @@ void group_scores_avx512(const AttentionGroup<T>& a, std::size_t r0) {
   // addresses and reloaded them from the stack between FMAs; with the copy, forwards of 9 positions took 0.99x
   // the time and the attention stage 0.96x (5 positions: 0.999x, 0.97x; 1: no change), alternating call by call.
   alignas(64) float qs[max_head_dim * rows_per_pass];
-  for (int h = 0; h < H; ++h) {
+  SPECDEC_UNROLL for (int h = 0; h < H; ++h) {
     const float* q = a.q_row(r0 + h);
     for (std::size_t c = 0; c < part; ++c)
-      for (int m = 0; m < 4; ++m) qs[(c * 4 + m) * H + h] = q[m * part + c];
+      SPECDEC_UNROLL for (int m = 0; m < 4; ++m) qs[(c * 4 + m) * H + h] = q[m * part + c];
   }
   const __m512 scale = _mm512_set1_ps(a.scale);
   for (std::size_t b = 0; b < blocks; ++b) {
@@ -355,10 +351,10 @@ void group_scores_avx512(const AttentionGroup<T>& a, std::size_t r0) {
     // context 318 took 1.02-1.05x the time at 1 position and 1.01-1.03x at 5, alternating call by call).
     const T* next = b + 1 < blocks ? block + a.d * key_block : block;
     __m512 acc[H][4];
-    for (int m = 0; m < 4; ++m) {
+    SPECDEC_UNROLL for (int m = 0; m < 4; ++m) {
       _mm_prefetch(reinterpret_cast<const char*>(next + m * part * key_block), _MM_HINT_T1);
       const __m512 k = load16(block + m * part * key_block);
-      for (int h = 0; h < H; ++h) acc[h][m] = _mm512_mul_ps(_mm512_set1_ps(qs[m * H + h]), k);
+      SPECDEC_UNROLL for (int h = 0; h < H; ++h) acc[h][m] = _mm512_mul_ps(_mm512_set1_ps(qs[m * H + h]), k);
     }
     // The values of this block's keys (16 rows, d cache lines in float) are asked into L2 a line per column, so
     // they stream in beside the keys instead of after them. In f16 they are d / 2 lines and the rest of the
@@ -367,16 +363,17 @@ void group_scores_avx512(const AttentionGroup<T>& a, std::size_t r0) {
     const std::uintptr_t values = reinterpret_cast<std::uintptr_t>(a.values + b * key_block * a.d);
     for (std::size_t c = 1; c < part; ++c) {
       const float* qc = qs + c * 4 * H;
-      for (int m = 0; m < 4; ++m) {
+      SPECDEC_UNROLL for (int m = 0; m < 4; ++m) {
         const std::size_t col = m * part + c;
         _mm_prefetch(reinterpret_cast<const char*>(next + col * key_block), _MM_HINT_T1);
         _mm_prefetch(reinterpret_cast<const char*>(values + (c * 4 + m) * 64), _MM_HINT_T1);
         __m512 k = load16(block + col * key_block);
         SPECDEC_IN_REGISTER(k);  // one load for all rows, the query values broadcast from memory
-        for (int h = 0; h < H; ++h) acc[h][m] = _mm512_fmadd_ps(_mm512_set1_ps(qc[m * H + h]), k, acc[h][m]);
+        SPECDEC_UNROLL for (int h = 0; h < H; ++h)
+          acc[h][m] = _mm512_fmadd_ps(_mm512_set1_ps(qc[m * H + h]), k, acc[h][m]);
       }
     }
-    for (int h = 0; h < H; ++h) {
+    SPECDEC_UNROLL for (int h = 0; h < H; ++h) {
       const __m512 total = _mm512_add_ps(_mm512_add_ps(acc[h][0], acc[h][1]), _mm512_add_ps(acc[h][2], acc[h][3]));
       _mm512_storeu_ps(a.score_row(r0 + h) + b * key_block, _mm512_mul_ps(total, scale));
     }
@@ -388,31 +385,31 @@ void group_scores_avx512(const AttentionGroup<T>& a, std::size_t r0) {
 template <int H, class T>
 void group_values_avx512(const AttentionGroup<T>& a, std::size_t r0, std::size_t c0, const float* inverse) {
   __m512 acc[H][4];
-  for (int h = 0; h < H; ++h)
-    for (int v = 0; v < 4; ++v) acc[h][v] = _mm512_setzero_ps();
+  SPECDEC_UNROLL for (int h = 0; h < H; ++h)
+    SPECDEC_UNROLL for (int v = 0; v < 4; ++v) acc[h][v] = _mm512_setzero_ps();
   const float* p[H];
   std::size_t keys[H];
-  for (int h = 0; h < H; ++h) p[h] = a.score_row(r0 + h), keys[h] = a.row_keys(r0 + h);
+  SPECDEC_UNROLL for (int h = 0; h < H; ++h) p[h] = a.score_row(r0 + h), keys[h] = a.row_keys(r0 + h);
   const auto step = [&](std::size_t j, auto&& takes_part) {
     const T* row = a.values + j * a.d + c0;
     __m512 v[4];
-    for (int i = 0; i < 4; ++i) {
+    SPECDEC_UNROLL for (int i = 0; i < 4; ++i) {
       v[i] = load16(row + 16 * i);
       SPECDEC_IN_REGISTER(v[i]);  // loaded once, not once per row as a memory operand
     }
-    for (int h = 0; h < H; ++h)
+    SPECDEC_UNROLL for (int h = 0; h < H; ++h)
       if (takes_part(h)) {
         const __m512 w = _mm512_set1_ps(p[h][j]);
-        for (int i = 0; i < 4; ++i) acc[h][i] = _mm512_fmadd_ps(w, v[i], acc[h][i]);
+        SPECDEC_UNROLL for (int i = 0; i < 4; ++i) acc[h][i] = _mm512_fmadd_ps(w, v[i], acc[h][i]);
       }
   };
   std::size_t j = 0;
   for (; j < keys[0]; ++j) step(j, [](int) { return true; });
   for (; j < keys[H - 1]; ++j) step(j, [&](int h) { return j < keys[h]; });
-  for (int h = 0; h < H; ++h) {
+  SPECDEC_UNROLL for (int h = 0; h < H; ++h) {
     float* out = a.out_row(r0 + h) + c0;
     const __m512 inv = _mm512_set1_ps(inverse[r0 + h]);
-    for (int i = 0; i < 4; ++i) _mm512_storeu_ps(out + 16 * i, _mm512_mul_ps(acc[h][i], inv));
+    SPECDEC_UNROLL for (int i = 0; i < 4; ++i) _mm512_storeu_ps(out + 16 * i, _mm512_mul_ps(acc[h][i], inv));
   }
 }
 
@@ -465,19 +462,19 @@ void row_scores_avx2(const AttentionGroup<T>& a, std::size_t r) {
   for (std::size_t b = 0; b < blocks; ++b) {
     const T* block = a.keys_t + b * a.d * key_block;
     __m256 acc[4][2];
-    for (int m = 0; m < 4; ++m) {
+    SPECDEC_UNROLL for (int m = 0; m < 4; ++m) {
       const T* k = block + m * part * key_block;
       const __m256 qv = _mm256_set1_ps(q[m * part]);
-      for (int half = 0; half < 2; ++half) acc[m][half] = _mm256_mul_ps(qv, load8(k + 8 * half));
+      SPECDEC_UNROLL for (int half = 0; half < 2; ++half) acc[m][half] = _mm256_mul_ps(qv, load8(k + 8 * half));
     }
     for (std::size_t c = 1; c < part; ++c)
-      for (int m = 0; m < 4; ++m) {
+      SPECDEC_UNROLL for (int m = 0; m < 4; ++m) {
         const std::size_t col = m * part + c;
         const __m256 qv = _mm256_set1_ps(q[col]);
-        for (int half = 0; half < 2; ++half)
+        SPECDEC_UNROLL for (int half = 0; half < 2; ++half)
           acc[m][half] = _mm256_fmadd_ps(qv, load8(block + col * key_block + 8 * half), acc[m][half]);
       }
-    for (int half = 0; half < 2; ++half) {
+    SPECDEC_UNROLL for (int half = 0; half < 2; ++half) {
       const __m256 total = _mm256_add_ps(_mm256_add_ps(acc[0][half], acc[1][half]), _mm256_add_ps(acc[2][half], acc[3][half]));
       _mm256_storeu_ps(a.score_row(r) + b * key_block + 8 * half, _mm256_mul_ps(total, scale));
     }
@@ -488,16 +485,16 @@ void row_scores_avx2(const AttentionGroup<T>& a, std::size_t r) {
 template <class T>
 void row_values_avx2(const AttentionGroup<T>& a, std::size_t r, std::size_t c0, float inverse) {
   __m256 acc[8];
-  for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
+  SPECDEC_UNROLL for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
   const float* p = a.score_row(r);
   for (std::size_t j = 0; j < a.row_keys(r); ++j) {
     const T* row = a.values + j * a.d + c0;
     const __m256 w = _mm256_set1_ps(p[j]);
-    for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(w, load8(row + 8 * i), acc[i]);
+    SPECDEC_UNROLL for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(w, load8(row + 8 * i), acc[i]);
   }
   float* out = a.out_row(r) + c0;
   const __m256 inv = _mm256_set1_ps(inverse);
-  for (int i = 0; i < 8; ++i) _mm256_storeu_ps(out + 8 * i, _mm256_mul_ps(acc[i], inv));
+  SPECDEC_UNROLL for (int i = 0; i < 8; ++i) _mm256_storeu_ps(out + 8 * i, _mm256_mul_ps(acc[i], inv));
 }
 #endif
 

@@ -135,7 +135,7 @@ inline void quantize_block(const float* xb, std::byte* e) {
   const __m256 inverse = _mm256_set1_ps(dx != 0.0f ? 1.0f / dx : 0.0f);
   const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
   __m256i q[4];
-  for (int i = 0; i < 4; ++i)
+  SPECDEC_UNROLL for (int i = 0; i < 4; ++i)
     q[i] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(x[i], inverse)), lo), hi);
   store_bytes_avx2(q, e);
   write_entry_scales(e, dx, add_lanes_avx2(q));
@@ -166,7 +166,7 @@ inline void write_wide_scales(std::byte* e, const std::int32_t (&sums)[3], int s
 
 /// Splits X (|X| <= wide_max) into balanced digits X = h·2^16 + m·2^8 + l, each in [-128, 127].
 inline void split_digits(std::int32_t X, std::int32_t (&digit)[3]) {
-  for (int i = 0; i < 3; ++i) {
+  SPECDEC_UNROLL for (int i = 0; i < 3; ++i) {
     digit[i] = ((X + 128) & 255) - 128;  // the low byte, read as signed
     X = (X - digit[i]) >> 8;             // exact: X − digit is a multiple of 256
   }
@@ -183,7 +183,7 @@ inline void quantize_block_wide_portable(const float* xb, std::byte* e) {
     const auto X = std::abs(v) <= static_cast<float>(wide_max) ? static_cast<std::int32_t>(v) : 0;  // finite: always
     std::int32_t digit[3];
     split_digits(X, digit);
-    for (int i = 0; i < 3; ++i) {
+    SPECDEC_UNROLL for (int i = 0; i < 3; ++i) {
       e[32 * i + j] = static_cast<std::byte>(static_cast<std::int8_t>(digit[i]));
       sums[i] += digit[i];
     }
@@ -206,9 +206,9 @@ inline void quantize_block_wide(const float* xb, std::byte* e) {
   __m512i X[2] = {_mm512_cvtps_epi32(_mm512_scalef_ps(x0, shift)), _mm512_cvtps_epi32(_mm512_scalef_ps(x1, shift))};
   const std::int32_t total = _mm512_reduce_add_epi32(_mm512_add_epi32(X[0], X[1]));
   std::int32_t sums[3];
-  for (int i = 0; i < 3; ++i) {
+  SPECDEC_UNROLL for (int i = 0; i < 3; ++i) {
     __m512i sum = _mm512_setzero_si512();
-    for (int h = 0; h < 2; ++h) {
+    SPECDEC_UNROLL for (int h = 0; h < 2; ++h) {
       const __m512i digit = _mm512_srai_epi32(_mm512_slli_epi32(X[h], 24), 24);  // the low byte, read as signed
       X[h] = _mm512_srai_epi32(_mm512_sub_epi32(X[h], digit), 8);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(e + 32 * i + 16 * h), _mm512_cvtepi32_epi8(digit));
@@ -226,12 +226,12 @@ inline void quantize_block_wide(const float* xb, std::byte* e) {
   // 2^-126) that it rounds to 0 either way.
   const __m256 f1 = _mm256_set1_ps(std::ldexp(1.0f, s / 2)), f2 = _mm256_set1_ps(std::ldexp(1.0f, s - s / 2));
   __m256i X[4];
-  for (int i = 0; i < 4; ++i) X[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(x[i], f1), f2));
+  SPECDEC_UNROLL for (int i = 0; i < 4; ++i) X[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(x[i], f1), f2));
   const std::int32_t total = add_lanes_avx2(X);
   std::int32_t sums[3];
-  for (int i = 0; i < 3; ++i) {
+  SPECDEC_UNROLL for (int i = 0; i < 3; ++i) {
     __m256i digit[4];
-    for (int h = 0; h < 4; ++h) {
+    SPECDEC_UNROLL for (int h = 0; h < 4; ++h) {
       digit[h] = _mm256_srai_epi32(_mm256_slli_epi32(X[h], 24), 24);  // the low byte, read as signed
       X[h] = _mm256_srai_epi32(_mm256_sub_epi32(X[h], digit[h]), 8);
     }
@@ -390,7 +390,7 @@ inline void matmul_panels_dot_portable(const MatmulOutput& out, std::size_t firs
           // s[digit][l]: the exact integer dot product of row l's signed weights with one digit plane
           std::int32_t s[3][panel_rows] = {}, digit_sums[3];
           std::memcpy(digit_sums, e + (digits == 1 ? 40 : 96), 4 * static_cast<std::size_t>(digits));
-          for (int t = 0; t < digits; ++t) {
+          SPECDEC_UNROLL for (int t = 0; t < digits; ++t) {
             std::int8_t xv[quant_block];
             std::memcpy(xv, e + 32 * t, quant_block);
             for (std::size_t j = 0; j < quant_block; ++j)
@@ -437,10 +437,10 @@ void panel_kernel_qdot(const MatmulOutput& out, std::size_t panel, const std::by
   constexpr std::size_t entry = entry_bytes(Digits);
   const PackedMatrix& w = *out.weights;
   const std::byte* panels[R];
-  for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + r);
+  SPECDEC_UNROLL for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + r);
   __m512 acc[R][P];
-  for (int r = 0; r < R; ++r)
-    for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
+  SPECDEC_UNROLL for (int r = 0; r < R; ++r)
+    SPECDEC_UNROLL for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
   const __m512i low = _mm512_set1_epi8(0x0F);
   const std::size_t blocks = w.cols() / quant_block;
   // Each block also asks for the same block of the next panel, with the non-temporal hint (NTA). Measured
@@ -456,14 +456,14 @@ void panel_kernel_qdot(const MatmulOutput& out, std::size_t panel, const std::by
       _mm_prefetch(reinterpret_cast<const char*>(ahead + b * block_bytes + line), _MM_HINT_NTA);
     __m512i q[R][8];
     __m512 d[R], m[R];
-    for (int r = 0; r < R; ++r) {
+    SPECDEC_UNROLL for (int r = 0; r < R; ++r) {
       const std::byte* block = panels[r] + b * block_bytes;
       d[r] = load_f16x16(block);
       if constexpr (has_min) m[r] = load_f16x16(block + 2 * panel_rows);
       if constexpr (q8) {
-        for (int g = 0; g < 8; ++g) q[r][g] = _mm512_loadu_si512(block + q_offset + 64 * g);
+        SPECDEC_UNROLL for (int g = 0; g < 8; ++g) q[r][g] = _mm512_loadu_si512(block + q_offset + 64 * g);
       } else {
-        for (int g = 0; g < 4; ++g) {
+        SPECDEC_UNROLL for (int g = 0; g < 4; ++g) {
           const __m512i v = _mm512_loadu_si512(block + q_offset + 64 * g);
           q[r][g] = _mm512_and_si512(v, low);                             // columns 4g .. 4g+3
           q[r][g + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);  // columns 16+4g .. 16+4g+3
@@ -471,7 +471,7 @@ void panel_kernel_qdot(const MatmulOutput& out, std::size_t panel, const std::by
       }
     }
     const std::byte* xb = xq + b * P * entry;
-    for (int p = 0; p < P; ++p) {
+    SPECDEC_UNROLL for (int p = 0; p < P; ++p) {
       const std::byte* e = xb + p * entry;
       // Each 4 input bytes are broadcast straight from memory (an embedded broadcast operand), not through a
       // general register.
@@ -482,7 +482,7 @@ void panel_kernel_qdot(const MatmulOutput& out, std::size_t panel, const std::by
       // offset correction (two chains; integer adds are exact in any order).
       const auto digit_dot = [&](int r, int t, std::int32_t digit_sum) SPECDEC_ALWAYS_INLINE_LAMBDA {
         __m512i s0 = _mm512_set1_epi32(-offset * digit_sum), s1 = _mm512_setzero_si512();
-        for (int g = 0; g < 8; g += 2) {
+        SPECDEC_UNROLL for (int g = 0; g < 8; g += 2) {
           s0 = _mm512_dpbusd_epi32(s0, q[r][g], word(t, g));
           s1 = _mm512_dpbusd_epi32(s1, q[r][g + 1], word(t, g + 1));
         }
@@ -494,7 +494,7 @@ void panel_kernel_qdot(const MatmulOutput& out, std::size_t panel, const std::by
       std::memcpy(&scale, e + (Digits == 1 ? 32 : 108), 4);
       std::memcpy(&mx, e + (Digits == 1 ? 36 : 112), 4);
       const __m512 scale_v = _mm512_set1_ps(scale);
-      for (int r = 0; r < R; ++r) {
+      SPECDEC_UNROLL for (int r = 0; r < R; ++r) {
         if constexpr (Digits == 1) {
           acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(digit_dot(r, 0, sums[0])), _mm512_mul_ps(d[r], scale_v), acc[r][p]);
         } else {
@@ -573,7 +573,7 @@ void half_panel_kernel_qdot_avx2(const MatmulOutput& out, std::size_t panel, int
   const std::size_t quants = q_offset + 32 * static_cast<std::size_t>(half);  // this half's rows in a vector
   const std::size_t scales = 16 * static_cast<std::size_t>(half);
   __m256 acc[P];
-  for (int p = 0; p < P; ++p) acc[p] = _mm256_setzero_ps();
+  SPECDEC_UNROLL for (int p = 0; p < P; ++p) acc[p] = _mm256_setzero_ps();
   const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   const std::size_t blocks = w.cols() / quant_block;
@@ -595,51 +595,51 @@ void half_panel_kernel_qdot_avx2(const MatmulOutput& out, std::size_t panel, int
     const auto nibble_dot = [&](const __m256i* nib, int groups, int first_group, int p, int t) SPECDEC_ALWAYS_INLINE_LAMBDA {
       const std::byte* e = xb + p * entry + 32 * t;
       __m256i s16 = _mm256_setzero_si256();
-      for (int g = 0; g < groups; ++g)
+      SPECDEC_UNROLL for (int g = 0; g < groups; ++g)
         s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(nib[g], _mm256_set1_epi32(gguf::detail::load_i32(e + 4 * (first_group + g)))));
       return _mm256_madd_epi16(s16, ones);
     };
     __m256i sums[P][Digits];  // exact Σ stored·x per (position, digit); Σ q·x for signed_q8
     if constexpr (signed_q8) {
-      for (int p = 0; p < P; ++p) sums[p][0] = _mm256_setzero_si256();
-      for (int g = 0; g < 8; ++g) {
+      SPECDEC_UNROLL for (int p = 0; p < P; ++p) sums[p][0] = _mm256_setzero_si256();
+      SPECDEC_UNROLL for (int g = 0; g < 8; ++g) {
         const __m256i stored = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + quants + 64 * g));
         const __m256i q = _mm256_xor_si256(stored, flip);  // q + 128 -> q
         const __m256i magnitude = _mm256_abs_epi8(q);      // as unsigned bytes: |−128| = 128
-        for (int p = 0; p < P; ++p) {
+        SPECDEC_UNROLL for (int p = 0; p < P; ++p) {
           const __m256i x = _mm256_set1_epi32(gguf::detail::load_i32(xb + p * entry + 4 * g));
           const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(x, q));
           sums[p][0] = _mm256_add_epi32(sums[p][0], _mm256_madd_epi16(pairs, ones));
         }
       }
     } else if constexpr (q8) {
-      for (int p = 0; p < P; ++p)
-        for (int t = 0; t < Digits; ++t) sums[p][t] = _mm256_setzero_si256();
-      for (int first = 0; first < 8; first += 4) {  // 4 column groups at a time: 8 registers of nibbles
+      SPECDEC_UNROLL for (int p = 0; p < P; ++p)
+        SPECDEC_UNROLL for (int t = 0; t < Digits; ++t) sums[p][t] = _mm256_setzero_si256();
+      SPECDEC_UNROLL for (int first = 0; first < 8; first += 4) {  // 4 column groups at a time: 8 registers of nibbles
         __m256i lo[4], hi[4];
-        for (int g = 0; g < 4; ++g) {
+        SPECDEC_UNROLL for (int g = 0; g < 4; ++g) {
           const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + quants + 64 * (first + g)));
           lo[g] = _mm256_and_si256(v, low);
           hi[g] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
         }
-        for (int p = 0; p < P; ++p)
-          for (int t = 0; t < Digits; ++t)
+        SPECDEC_UNROLL for (int p = 0; p < P; ++p)
+          SPECDEC_UNROLL for (int t = 0; t < Digits; ++t)
             sums[p][t] = _mm256_add_epi32(sums[p][t], _mm256_add_epi32(_mm256_slli_epi32(nibble_dot(hi, 4, first, p, t), 4),
                                                                        nibble_dot(lo, 4, first, p, t)));
       }
     } else {
       __m256i q[8];
-      for (int g = 0; g < 4; ++g) {
+      SPECDEC_UNROLL for (int g = 0; g < 4; ++g) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + quants + 64 * g));
         q[g] = _mm256_and_si256(v, low);                             // columns 4g .. 4g+3
         q[g + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);  // columns 16+4g .. 16+4g+3
       }
-      for (int p = 0; p < P; ++p)
-        for (int t = 0; t < Digits; ++t) sums[p][t] = nibble_dot(q, 8, 0, p, t);
+      SPECDEC_UNROLL for (int p = 0; p < P; ++p)
+        SPECDEC_UNROLL for (int t = 0; t < Digits; ++t) sums[p][t] = nibble_dot(q, 8, 0, p, t);
     }
     const __m256 d = load_f16x8(block + scales);
     const __m256 m = has_min ? load_f16x8(block + 2 * panel_rows + scales) : _mm256_setzero_ps();
-    for (int p = 0; p < P; ++p) {
+    SPECDEC_UNROLL for (int p = 0; p < P; ++p) {
       const std::byte* e = xb + p * entry;
       std::int32_t digit_sums[Digits];
       float scale, mx;  // one digit: dx and dx·Σxq; three: 2^-s and float(ΣX)·2^-s
@@ -647,7 +647,8 @@ void half_panel_kernel_qdot_avx2(const MatmulOutput& out, std::size_t panel, int
       std::memcpy(&scale, e + (Digits == 1 ? 32 : 108), 4);
       std::memcpy(&mx, e + (Digits == 1 ? 36 : 112), 4);
       __m256i s[Digits];
-      for (int t = 0; t < Digits; ++t) s[t] = _mm256_sub_epi32(sums[p][t], _mm256_set1_epi32(offset * digit_sums[t]));
+      SPECDEC_UNROLL for (int t = 0; t < Digits; ++t)
+        s[t] = _mm256_sub_epi32(sums[p][t], _mm256_set1_epi32(offset * digit_sums[t]));
       if constexpr (Digits == 1) {
         acc[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[0]), _mm256_mul_ps(d, _mm256_set1_ps(scale)), acc[p]);
       } else {
@@ -661,7 +662,7 @@ void half_panel_kernel_qdot_avx2(const MatmulOutput& out, std::size_t panel, int
   const std::size_t row0 = panel * panel_rows + 8 * static_cast<std::size_t>(half);
   if (row0 >= w.rows()) return;
   const std::size_t lanes = std::min<std::size_t>(8, w.rows() - row0);
-  for (int p = 0; p < P; ++p) {
+  SPECDEC_UNROLL for (int p = 0; p < P; ++p) {
     float v[8];
     _mm256_storeu_ps(v, acc[p]);
     float* y = out.y + p * out.y_stride + row0;

@@ -27,15 +27,8 @@
 #include <immintrin.h>
 #endif
 
+#include "specdec/llama/detail/compiler.hpp"
 #include "specdec/llama/packed_matrix.hpp"
-
-#if defined(__GNUC__)
-#define SPECDEC_ALWAYS_INLINE inline __attribute__((always_inline))
-#define SPECDEC_ALWAYS_INLINE_LAMBDA __attribute__((always_inline))
-#else
-#define SPECDEC_ALWAYS_INLINE inline
-#define SPECDEC_ALWAYS_INLINE_LAMBDA
-#endif
 
 namespace specdec::llama::detail {
 
@@ -166,7 +159,8 @@ const float* prepared_inputs(const float* x, std::size_t x_stride, std::size_t p
 /// the given ones (the next kernel step's panels; a prefetch never faults, past the matrix's end included).
 template <int R>
 SPECDEC_ALWAYS_INLINE void prefetch_ahead(const std::byte* const* panel, std::size_t ahead, std::size_t offset) {
-  for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(panel[r] + ahead + offset), _MM_HINT_NTA);
+  SPECDEC_UNROLL for (int r = 0; r < R; ++r)
+    _mm_prefetch(reinterpret_cast<const char*>(panel[r] + ahead + offset), _MM_HINT_NTA);
 }
 
 /// Bytes from a kernel step's R panels (from `panel`) to the next step's, for prefetch_ahead; 0 where the step
@@ -195,7 +189,8 @@ struct VisitF32 {
     for (std::size_t k = 0; k < cols; ++k) {
       if (ahead) prefetch_ahead<R>(panel, ahead, k * panel_rows * 4);
       __m512 w[R];
-      for (int r = 0; r < R; ++r) w[r] = _mm512_loadu_ps(reinterpret_cast<const float*>(panel[r]) + k * panel_rows);
+      SPECDEC_UNROLL for (int r = 0; r < R; ++r)
+        w[r] = _mm512_loadu_ps(reinterpret_cast<const float*>(panel[r]) + k * panel_rows);
       fn(w, k);
     }
   }
@@ -209,7 +204,7 @@ struct VisitBf16 {
     for (std::size_t k = 0; k < cols; k += 2) {
       if (ahead) prefetch_ahead<R>(panel, ahead, k * panel_rows * 2);
       __m512 even[R], odd[R];
-      for (int r = 0; r < R; ++r) {
+      SPECDEC_UNROLL for (int r = 0; r < R; ++r) {
         const __m512i pair = _mm512_loadu_si512(panel[r] + k * panel_rows * 2);  // 16 × (w[k], w[k + 1])
         even[r] = _mm512_castsi512_ps(_mm512_slli_epi32(pair, 16));
         odd[r] = _mm512_castsi512_ps(_mm512_and_si512(pair, high));
@@ -228,11 +223,11 @@ SPECDEC_ALWAYS_INLINE __m512 load_f16x16(const std::byte* p) {
 template <int R, int P>
 SPECDEC_ALWAYS_INLINE void store_panels(const MatmulOutput& out, std::size_t panel, const __m512 (&acc)[R][P]) {
   const PackedMatrix& w = *out.weights;
-  for (int r = 0; r < R; ++r) {
+  SPECDEC_UNROLL for (int r = 0; r < R; ++r) {
     const std::size_t row0 = (panel + r) * panel_rows;
     const std::size_t lanes = std::min(panel_rows, w.rows() - row0);
     const __mmask16 mask = lanes == panel_rows ? __mmask16(0xFFFF) : __mmask16((1u << lanes) - 1);
-    for (int p = 0; p < P; ++p) {
+    SPECDEC_UNROLL for (int p = 0; p < P; ++p) {
       float* y = out.y + p * out.y_stride + row0;
       __m512 v = acc[r][p];
       if (out.accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y), v);
@@ -249,15 +244,15 @@ template <class Visitor, int R, int P>
 void panel_kernel(const MatmulOutput& out, std::size_t panel, std::size_t last, const float* xt) {
   const PackedMatrix& w = *out.weights;
   const std::byte* panels[R];
-  for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + r);
+  SPECDEC_UNROLL for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + r);
   __m512 acc[R][P];
-  for (int r = 0; r < R; ++r)
-    for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
+  SPECDEC_UNROLL for (int r = 0; r < R; ++r)
+    SPECDEC_UNROLL for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
   const std::size_t ahead = panel_ahead<R>(w, panel, last);
   Visitor::template run<R>(panels, w.cols(), ahead, [&](const __m512* wv, std::size_t k) SPECDEC_ALWAYS_INLINE_LAMBDA {
-    for (int p = 0; p < P; ++p) {
+    SPECDEC_UNROLL for (int p = 0; p < P; ++p) {
       const __m512 xv = _mm512_set1_ps(xt[k * P + p]);
-      for (int r = 0; r < R; ++r) acc[r][p] = _mm512_fmadd_ps(wv[r], xv, acc[r][p]);
+      SPECDEC_UNROLL for (int r = 0; r < R; ++r) acc[r][p] = _mm512_fmadd_ps(wv[r], xv, acc[r][p]);
     }
   });
   store_panels<R, P>(out, panel, acc);
@@ -276,18 +271,18 @@ void panel_kernel_dot(const MatmulOutput& out, std::size_t panel, std::size_t la
   const PackedMatrix& w = *out.weights;
   const auto* xt = reinterpret_cast<const std::int32_t*>(xt_bits);
   const std::byte* panels[R];
-  for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + r);
+  SPECDEC_UNROLL for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + r);
   __m512 acc[R][P];
-  for (int r = 0; r < R; ++r)
-    for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
+  SPECDEC_UNROLL for (int r = 0; r < R; ++r)
+    SPECDEC_UNROLL for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
   const std::size_t pairs = (w.cols() + 1) / 2, ahead = panel_ahead<R>(w, panel, last);
   for (std::size_t kp = 0; kp < pairs; ++kp) {
     if (ahead) prefetch_ahead<R>(panels, ahead, kp * panel_rows * 4);
     __m512bh wv[R];
-    for (int r = 0; r < R; ++r) wv[r] = (__m512bh)_mm512_loadu_si512(panels[r] + kp * panel_rows * 4);
-    for (int p = 0; p < P; ++p) {
+    SPECDEC_UNROLL for (int r = 0; r < R; ++r) wv[r] = (__m512bh)_mm512_loadu_si512(panels[r] + kp * panel_rows * 4);
+    SPECDEC_UNROLL for (int p = 0; p < P; ++p) {
       const __m512bh xv = (__m512bh)_mm512_set1_epi32(xt[kp * P + p]);
-      for (int r = 0; r < R; ++r) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], wv[r], xv);
+      SPECDEC_UNROLL for (int r = 0; r < R; ++r) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], wv[r], xv);
     }
   }
   store_panels<R, P>(out, panel, acc);
@@ -373,8 +368,8 @@ struct VisitF32Avx2 {
   static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, int half, Fn&& fn) {
     for (std::size_t k = 0; k < cols; ++k) {
       __m256 w[R][H];
-      for (int r = 0; r < R; ++r)
-        for (int h = 0; h < H; ++h)
+      SPECDEC_UNROLL for (int r = 0; r < R; ++r)
+        SPECDEC_UNROLL for (int h = 0; h < H; ++h)
           w[r][h] = _mm256_loadu_ps(reinterpret_cast<const float*>(panel[r]) + k * panel_rows + 8 * (half + h));
       fn(w, k);
     }
@@ -389,16 +384,16 @@ struct VisitBf16Avx2 {
     for (std::size_t k = 0; k < cols; k += 2) {
       __m256i pair[R][H];  // 8 rows × (w[k], w[k + 1])
       __m256 w[R][H];
-      for (int r = 0; r < R; ++r)
-        for (int h = 0; h < H; ++h) {
+      SPECDEC_UNROLL for (int r = 0; r < R; ++r)
+        SPECDEC_UNROLL for (int h = 0; h < H; ++h) {
           pair[r][h] = _mm256_loadu_si256(
               reinterpret_cast<const __m256i*>(panel[r] + k * panel_rows * 2 + 32 * (half + h)));
           w[r][h] = _mm256_castsi256_ps(_mm256_slli_epi32(pair[r][h], 16));
         }
       fn(w, k);
       if (k + 1 == cols) break;
-      for (int r = 0; r < R; ++r)
-        for (int h = 0; h < H; ++h) w[r][h] = _mm256_castsi256_ps(_mm256_and_si256(pair[r][h], high));
+      SPECDEC_UNROLL for (int r = 0; r < R; ++r)
+        SPECDEC_UNROLL for (int h = 0; h < H; ++h) w[r][h] = _mm256_castsi256_ps(_mm256_and_si256(pair[r][h], high));
       fn(w, k + 1);
     }
   }
@@ -410,12 +405,12 @@ template <int R, int H, int P>
 SPECDEC_ALWAYS_INLINE void store_halves_avx2(const MatmulOutput& out, std::size_t panel, int half,
                                              const __m256 (&acc)[R][H][P]) {
   const std::size_t rows = out.weights->rows();
-  for (int r = 0; r < R; ++r)
-    for (int h = 0; h < H; ++h) {
+  SPECDEC_UNROLL for (int r = 0; r < R; ++r)
+    SPECDEC_UNROLL for (int h = 0; h < H; ++h) {
       const std::size_t row0 = (panel + r) * panel_rows + 8 * static_cast<std::size_t>(half + h);
       if (row0 >= rows) continue;
       const std::size_t lanes = std::min<std::size_t>(8, rows - row0);
-      for (int p = 0; p < P; ++p) {
+      SPECDEC_UNROLL for (int p = 0; p < P; ++p) {
         float* y = out.y + p * out.y_stride + row0;
         if (lanes == 8) {
           __m256 v = acc[r][h][p];
@@ -441,34 +436,34 @@ void panel_kernel_avx2(const MatmulOutput& out, std::size_t panel, std::size_t l
                        std::size_t stride) {
   const PackedMatrix& w = *out.weights;
   const std::byte* panels[R];
-  for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + r);
+  SPECDEC_UNROLL for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + r);
   const std::size_t ahead = step_panels * w.panel_bytes(), next = R * w.panel_bytes();
   const bool ask = half == 0 && (!std::is_same_v<Visitor, VisitF32Avx2> || next_step_in_run<R>(panel, last));
   __m256 acc[R][H][P];
-  for (int r = 0; r < R; ++r)
-    for (int h = 0; h < H; ++h)
-      for (int p = 0; p < P; ++p) acc[r][h][p] = _mm256_setzero_ps();
+  SPECDEC_UNROLL for (int r = 0; r < R; ++r)
+    SPECDEC_UNROLL for (int h = 0; h < H; ++h)
+      SPECDEC_UNROLL for (int p = 0; p < P; ++p) acc[r][h][p] = _mm256_setzero_ps();
   Visitor::template run<R, H>(
       panels, w.cols(), half, [&](const __m256(&wv)[R][H], std::size_t k) SPECDEC_ALWAYS_INLINE_LAMBDA {
         // The next step's panels (a prefetch past the matrix's end is harmless: it never faults).
         if (ask)
-          for (int r = 0; r < R; ++r) {
+          SPECDEC_UNROLL for (int r = 0; r < R; ++r) {
             if constexpr (std::is_same_v<Visitor, VisitF32Avx2>)
               _mm_prefetch(reinterpret_cast<const char*>(panels[r] + k * Visitor::column_bytes + next), _MM_HINT_NTA);
             else
               _mm_prefetch(reinterpret_cast<const char*>(panels[r] + k * Visitor::column_bytes + ahead), _MM_HINT_T1);
           }
         const float* xk = xt + k * stride;
-        for (int p = 0; p < P; ++p) {
+        SPECDEC_UNROLL for (int p = 0; p < P; ++p) {
           const __m256 xv = _mm256_broadcast_ss(xk + p);
-          for (int r = 0; r < R; ++r)
-            for (int h = 0; h < H; ++h) acc[r][h][p] = _mm256_fmadd_ps(wv[r][h], xv, acc[r][h][p]);
+          SPECDEC_UNROLL for (int r = 0; r < R; ++r)
+            SPECDEC_UNROLL for (int h = 0; h < H; ++h) acc[r][h][p] = _mm256_fmadd_ps(wv[r][h], xv, acc[r][h][p]);
         }
       });
   __m256 result[R][H][P];  // a copy: with acc's address taken, GCC 12 stores every accumulator on every column
-  for (int r = 0; r < R; ++r)
-    for (int h = 0; h < H; ++h)
-      for (int p = 0; p < P; ++p) result[r][h][p] = acc[r][h][p];
+  SPECDEC_UNROLL for (int r = 0; r < R; ++r)
+    SPECDEC_UNROLL for (int h = 0; h < H; ++h)
+      SPECDEC_UNROLL for (int p = 0; p < P; ++p) result[r][h][p] = acc[r][h][p];
   store_halves_avx2<R, H, P>(out, panel, half, result);
 }
 
@@ -503,7 +498,7 @@ void matmul_panels_avx2(const MatmulOutput& out, std::size_t first, std::size_t 
         std::size_t p = b;
         if (n > 6) {
           for (; p < block_end; ++p)
-            for (int half = 0; half < 2; ++half) halves[n - 1](og, p, last, half, xt, count);
+            SPECDEC_UNROLL for (int half = 0; half < 2; ++half) halves[n - 1](og, p, last, half, xt, count);
           continue;
         }
         if (n == 1)
