@@ -464,7 +464,8 @@ void panel_kernel_qdot(const MatmulOutput& out, std::size_t panel, const std::by
         SPECDEC_UNROLL for (int g = 0; g < 8; ++g) q[r][g] = _mm512_loadu_si512(block + q_offset + 64 * g);
       } else {
         SPECDEC_UNROLL for (int g = 0; g < 4; ++g) {
-          const __m512i v = _mm512_loadu_si512(block + q_offset + 64 * g);
+          __m512i v = _mm512_loadu_si512(block + q_offset + 64 * g);
+          SPECDEC_IN_REGISTER(v);  // one load (GCC would fold it into both the AND and the shift)
           q[r][g] = _mm512_and_si512(v, low);                             // columns 4g .. 4g+3
           q[r][g + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);  // columns 16+4g .. 16+4g+3
         }
