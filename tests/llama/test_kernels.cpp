@@ -1,6 +1,7 @@
 // Tests of the thread pool, the packed weight formats, the batch-invariant matrix kernel and attention.
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
@@ -380,6 +381,32 @@ TEST_CASE("24-bit inputs: the vector and scalar quantisers write the same bytes,
   REQUIRE(d::wide_shift(0x1.fffffep0f) == 21);  // 2^22 · 1.99999988 would exceed wide_max
   REQUIRE(d::wide_shift(1.5f) == 22);
   REQUIRE(d::wide_shift(1e-45f) == 149);
+}
+
+TEST_CASE("24-bit inputs: the shift and scale from the float's bits equal their definitions for every binade",
+          "[kernels]") {
+  namespace d = specdec::llama::detail;
+  // The definition: the largest s with amax·2^s <= wide_max, at most 149; 0 for zero and non-finite maxima.
+  const auto defined_shift = [](float amax) {
+    if (!(amax > 0.0f) || !std::isfinite(amax)) return 0;
+    int s = 22 - std::ilogb(amax);
+    if (std::ldexp(static_cast<double>(amax), s) > d::wide_max) --s;
+    return std::min(s, 149);
+  };
+  std::mt19937 rng(5);
+  // The stored significand bits around 2·wide_max = 2^23 + 0x7EFEFE, where the shift drops by one, and random ones.
+  std::vector<std::uint32_t> significands = {0, 1, 0x7EFEFD, 0x7EFEFE, 0x7EFEFF, 0x7FFFFF};
+  for (int i = 0; i < 16; ++i) significands.push_back(rng() & 0x7FFFFF);
+  for (std::uint32_t exponent = 0; exponent < 256; ++exponent)
+    for (const std::uint32_t significand : significands) {
+      const float amax = std::bit_cast<float>(exponent << 23 | significand);
+      CAPTURE(exponent, significand);
+      REQUIRE(d::wide_shift(amax) == defined_shift(amax));
+    }
+  for (int s = -106; s <= 149; ++s) {
+    CAPTURE(s);
+    REQUIRE(d::wide_scale(s) == std::ldexp(1.0f, -s));
+  }
 }
 
 TEST_CASE("matmul of n positions is bit-identical to n single-position products, any thread count", "[kernels]") {

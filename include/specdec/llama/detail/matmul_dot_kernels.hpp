@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -148,21 +149,38 @@ inline void quantize_block(const float* xb, std::byte* e) {
 /// (0 for a block of zeros or a non-finite maximum). With 149 every float below 2^-127 is an integer below 2^22
 /// after scaling, and 2^-149 is still a float (a larger s would make the block's scale 0).
 inline int wide_shift(float amax) {
+  const auto bits = std::bit_cast<std::uint32_t>(amax);
+  if (const std::uint32_t exponent = bits >> 23; exponent - 1 < 254) {
+    // A normal positive amax = M·2^(exponent − 150), M its 24-bit significand: s = 149 − exponent scales it to
+    // M / 2 in [2^22, 2^23), one less when that is above wide_max (what the general path below computes, without
+    // its two library calls: they took most of a block's quantisation).
+    const std::uint32_t significand = (bits & 0x7FFFFFu) | 0x800000u;
+    return 149 - static_cast<int>(exponent) - (significand > 2u * wide_max ? 1 : 0);
+  }
   if (!(amax > 0.0f) || !std::isfinite(amax)) return 0;
   int s = 22 - std::ilogb(amax);  // amax·2^s in [2^22, 2^23)
   if (std::ldexp(amax, s) > static_cast<float>(wide_max)) --s;
   return std::min(s, 149);
 }
 
+/// 2^-s as a float, exactly, for s in [-127, 149] (wide_shift's range): a normal number down to 2^-126, then
+/// subnormal.
+inline float wide_scale(int s) {
+  return std::bit_cast<float>(s <= 126 ? static_cast<std::uint32_t>(127 - s) << 23 : std::uint32_t{1} << (149 - s));
+}
+
 /// Writes an entry's digit sums, scale and input sum (the digits are written by the caller).
 inline void write_wide_scales(std::byte* e, const std::int32_t (&sums)[3], int s, std::int32_t total) {
-  const float scale = std::ldexp(1.0f, -s);
+  const float scale = wide_scale(s);
   const float sx = static_cast<float>(total) * scale;
   std::memcpy(e + 96, sums, 12);
   std::memcpy(e + 108, &scale, 4);
   std::memcpy(e + 112, &sx, 4);
   std::memset(e + 116, 0, 12);
 }
+
+/// The value Σh·2^16 + Σm·2^8 + Σl of digit sums: the sum of the X they came from (exact: |ΣX| < 2^28).
+inline std::int32_t digits_value(const std::int32_t (&sums)[3]) { return sums[2] * 65536 + sums[1] * 256 + sums[0]; }
 
 /// Splits X (|X| <= wide_max) into balanced digits X = h·2^16 + m·2^8 + l, each in [-128, 127].
 inline void split_digits(std::int32_t X, std::int32_t (&digit)[3]) {
@@ -204,7 +222,6 @@ inline void quantize_block_wide(const float* xb, std::byte* e) {
   const int s = wide_shift(amax);
   const __m512 shift = _mm512_set1_ps(static_cast<float>(s));
   __m512i X[2] = {_mm512_cvtps_epi32(_mm512_scalef_ps(x0, shift)), _mm512_cvtps_epi32(_mm512_scalef_ps(x1, shift))};
-  const std::int32_t total = _mm512_reduce_add_epi32(_mm512_add_epi32(X[0], X[1]));
   std::int32_t sums[3];
   SPECDEC_UNROLL for (int i = 0; i < 3; ++i) {
     __m512i sum = _mm512_setzero_si512();
@@ -216,7 +233,7 @@ inline void quantize_block_wide(const float* xb, std::byte* e) {
     }
     sums[i] = _mm512_reduce_add_epi32(sum);
   }
-  write_wide_scales(e, sums, s, total);
+  write_wide_scales(e, sums, s, digits_value(sums));
 #elif defined(__AVX2__)
   const __m256 x[4] = {_mm256_loadu_ps(xb), _mm256_loadu_ps(xb + 8), _mm256_loadu_ps(xb + 16),
                        _mm256_loadu_ps(xb + 24)};
@@ -227,7 +244,6 @@ inline void quantize_block_wide(const float* xb, std::byte* e) {
   const __m256 f1 = _mm256_set1_ps(std::ldexp(1.0f, s / 2)), f2 = _mm256_set1_ps(std::ldexp(1.0f, s - s / 2));
   __m256i X[4];
   SPECDEC_UNROLL for (int i = 0; i < 4; ++i) X[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(x[i], f1), f2));
-  const std::int32_t total = add_lanes_avx2(X);
   std::int32_t sums[3];
   SPECDEC_UNROLL for (int i = 0; i < 3; ++i) {
     __m256i digit[4];
@@ -238,7 +254,7 @@ inline void quantize_block_wide(const float* xb, std::byte* e) {
     store_bytes_avx2(digit, e + 32 * i);
     sums[i] = add_lanes_avx2(digit);
   }
-  write_wide_scales(e, sums, s, total);
+  write_wide_scales(e, sums, s, digits_value(sums));
 #else
   quantize_block_wide_portable(xb, e);
 #endif
