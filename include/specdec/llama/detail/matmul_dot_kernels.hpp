@@ -477,7 +477,10 @@ void panel_kernel_qdot(const MatmulOutput& out, std::size_t panel, const std::by
       d[r] = load_f16x16(block);
       if constexpr (has_min) m[r] = load_f16x16(block + 2 * panel_rows);
       if constexpr (q8) {
-        SPECDEC_UNROLL for (int g = 0; g < 8; ++g) q[r][g] = _mm512_loadu_si512(block + q_offset + 64 * g);
+        SPECDEC_UNROLL for (int g = 0; g < 8; ++g) {
+          q[r][g] = _mm512_loadu_si512(block + q_offset + 64 * g);
+          SPECDEC_IN_REGISTER(q[r][g]);  // one load (GCC would load it again for every digit)
+        }
       } else {
         SPECDEC_UNROLL for (int g = 0; g < 4; ++g) {
           __m512i v = _mm512_loadu_si512(block + q_offset + 64 * g);
