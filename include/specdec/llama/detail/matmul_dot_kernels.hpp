@@ -163,8 +163,8 @@ inline int wide_shift(float amax) {
   return std::min(s, 149);
 }
 
-/// 2^-s as a float, exactly, for s in [-127, 149] (wide_shift's range): a normal number down to 2^-126, then
-/// subnormal.
+/// 2^-s as a float, exactly, for s in [-127, 149] (wide_shift's range is [-106, 149]): a normal number down to
+/// 2^-126, then subnormal.
 inline float wide_scale(int s) {
   return std::bit_cast<float>(s <= 126 ? static_cast<std::uint32_t>(127 - s) << 23 : std::uint32_t{1} << (149 - s));
 }
@@ -241,7 +241,7 @@ inline void quantize_block_wide(const float* xb, std::byte* e) {
   // x·2^s as two exact multiplications by powers of two (s runs from -105 to 149, past a float's exponents).
   // Scaling up is exact; scaling down is exact unless the product is subnormal, and then so small (below
   // 2^-126) that it rounds to 0 either way.
-  const __m256 f1 = _mm256_set1_ps(std::ldexp(1.0f, s / 2)), f2 = _mm256_set1_ps(std::ldexp(1.0f, s - s / 2));
+  const __m256 f1 = _mm256_set1_ps(wide_scale(-(s / 2))), f2 = _mm256_set1_ps(wide_scale(-(s - s / 2)));
   __m256i X[4];
   SPECDEC_UNROLL for (int i = 0; i < 4; ++i) X[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(x[i], f1), f2));
   std::int32_t sums[3];
