@@ -191,6 +191,56 @@ TEST_CASE("a task that throws ends its job: the caller rethrows, and the pool ru
   }
 }
 
+TEST_CASE("tasks run together each get a thread, wait for each other at every step, and an abort frees them",
+          "[kernels]") {
+  // Without spinning (0 us) the workers sleep between jobs: the caller's task waits for them to wake and join.
+  using specdec::llama::StepBarrier;
+  for (const auto spin : {std::chrono::microseconds(300), std::chrono::microseconds(0)})
+    for (std::size_t threads : {1, 2, 3, 4}) {
+      CAPTURE(spin.count(), threads);
+      ThreadPool pool(threads, spin);
+      constexpr std::size_t steps = 200;
+      for (int job = 0; job < 20; ++job) {
+        StepBarrier barrier(threads);
+        std::vector<std::atomic<std::size_t>> done(threads), slot_tasks(threads);
+        std::atomic<int> early{0}, ran{0};
+        pool.run_together([&](std::size_t task, std::size_t slot) {
+          ran.fetch_add(1);
+          slot_tasks[slot].fetch_add(1);
+          for (std::size_t s = 1; s <= steps; ++s) {
+            done[task].store(s, std::memory_order_relaxed);
+            barrier.wait(task);
+            for (std::size_t other = 0; other < threads; ++other)  // every task has finished step s, none s + 2
+              if (const std::size_t d = done[other].load(std::memory_order_relaxed); d < s || d > s + 1) early.fetch_add(1);
+          }
+        });
+        REQUIRE(ran.load() == int(threads));
+        for (auto& t : slot_tasks) REQUIRE(t.load() == 1);  // one task per thread
+        REQUIRE(early.load() == 0);
+      }
+      // A task that cannot go on aborts at step 3: every other task's next wait throws, and the job ends.
+      for (std::size_t failing = 0; failing < threads; ++failing) {
+        StepBarrier barrier(threads);
+        std::atomic<int> aborted{0}, finished{0}, passed_late{0};
+        pool.run_together([&](std::size_t task, std::size_t) {
+          try {
+            for (std::size_t s = 1; s <= steps; ++s) {
+              if (task == failing && s == 3) return barrier.abort();
+              barrier.wait(task);
+              if (s >= 3) passed_late.fetch_add(1);  // no wait passes once the failing task stopped at step 3
+            }
+            finished.fetch_add(1);
+          } catch (const StepBarrier::Aborted&) {
+            aborted.fetch_add(1);
+          }
+        });
+        REQUIRE(aborted.load() == int(threads) - 1);
+        REQUIRE(finished.load() == 0);
+        REQUIRE(passed_late.load() == 0);
+      }
+    }
+}
+
 TEST_CASE("a packed matrix gives back the dequantised rows it was built from", "[kernels]") {
   for (auto encoding : all_encodings) {
     CAPTURE(static_cast<int>(encoding));

@@ -394,54 +394,70 @@ TEST_CASE("bad tokens, context overflow and bad tensors are reported with the nu
                       Catch::Contains("tensor token_embd.weight has dims [96, 96], expected [64, 96]"));
 }
 
+/// Forwards `tokens` on `model`, making the 1st, 2nd, ... allocation of the call fail in turn until it succeeds;
+/// records the context size after each failure.
+specdec::Logits forward_failing_each_allocation(LlamaModel& model, const std::vector<Token>& tokens,
+                                                std::vector<std::size_t>& sizes_after_failure) {
+  for (long k = 0;; ++k) {
+    fail_allocation_after = k;
+    try {
+      specdec::Logits logits = model.forward(tokens);
+      fail_allocation_after = -1;
+      return logits;
+    } catch (const std::bad_alloc&) {
+      fail_allocation_after = -1;
+      sizes_after_failure.push_back(model.context_size());
+    }
+  }
+}
+
 TEST_CASE("running out of memory in the middle of a forward leaves the context as it was", "[llama]") {
   // A batch wider than any before makes the kernels' per-thread scratch grow inside the layers: the block
   // kernels take the inputs that the model quantised (its own buffer grows before the layers), but the tiny
   // model's output projection is F16, a float kernel whose scratch grows after layer 0 has stored its keys and
-  // values. Failing
-  // the 1st, 2nd, ... allocation of the forward in turn reaches each of those points, on the caller or a worker.
-  const auto weights = tiny_weights(WeightFormat::quantized_dot);
+  // values. Failing the 1st, 2nd, ... allocation of the forward in turn reaches each of those points, on the
+  // caller or a worker. A new thread (and a new pool) starts with empty thread-local scratch, so the growth
+  // happens there. The same for a first forward of one position, which on several threads runs all layers in
+  // one job whose threads wait for each other (run_blocks_together): a thread that fails there must free the
+  // others. In bf16_dot every product converts its inputs into a per-thread buffer, which grows in that job.
   const auto prompt = random_tokens(5, 96, 1), batch = random_tokens(40, 96, 2), next = random_tokens(3, 96, 3);
-  LlamaModel reference(weights, 64, nullptr);
-  reference.forward(prompt);
-  const specdec::Logits expected = reference.forward(batch);
-  const specdec::Logits expected_next = reference.forward(next);
-  for (std::size_t threads : {1, 2}) {
-    CAPTURE(threads);
-    int failures = 0;
-    std::vector<std::size_t> sizes_after_failure;
-    specdec::Logits got, got_next;
-    // A new thread (and a new pool) starts with empty thread-local scratch, so the growth happens here.
-    std::string error;  // anything else thrown on the thread
-    std::thread run([&] {
-      try {
-        LlamaModel model(weights, 64, std::make_shared<ThreadPool>(threads));
-        model.forward(prompt);
-        for (long k = 0;; ++k) {
-          fail_allocation_after = k;
-          try {
-            got = model.forward(batch);
-            fail_allocation_after = -1;
-            break;
-          } catch (const std::bad_alloc&) {
-            fail_allocation_after = -1;
-            ++failures;
-            sizes_after_failure.push_back(model.context_size());
-          }
+  const auto one = random_tokens(1, 96, 4);
+  struct Case {
+    WeightFormat format;
+    std::vector<Token> before, failing, after;
+    std::size_t failing_allocations;  // at least
+  };
+  for (const Case& run_case : {Case{WeightFormat::quantized_dot, prompt, batch, next, 3},
+                               Case{WeightFormat::bf16_dot, {}, one, next, 3}}) {
+    const auto weights = tiny_weights(run_case.format);
+    LlamaModel reference(weights, 64, nullptr);
+    reference.forward(run_case.before);
+    const specdec::Logits expected = reference.forward(run_case.failing);
+    const specdec::Logits expected_after = reference.forward(run_case.after);
+    for (std::size_t threads : {1, 2, 3}) {
+      CAPTURE(run_case.failing.size(), threads);
+      std::vector<std::size_t> sizes_after_failure;
+      specdec::Logits got, got_after;
+      std::string error;  // anything else thrown on the thread
+      std::thread run([&] {
+        try {
+          LlamaModel model(weights, 64, std::make_shared<ThreadPool>(threads));
+          model.forward(run_case.before);
+          got = forward_failing_each_allocation(model, run_case.failing, sizes_after_failure);
+          got_after = model.forward(run_case.after);
+        } catch (const std::exception& e) {
+          fail_allocation_after = -1;
+          error = e.what();
         }
-        got_next = model.forward(next);
-      } catch (const std::exception& e) {
-        fail_allocation_after = -1;
-        error = e.what();
-      }
-    });
-    run.join();
-    REQUIRE(error == "");
-    CHECK(failures >= 3);
-    for (std::size_t size : sizes_after_failure) CHECK(size == prompt.size());
-    REQUIRE(got.rows() == expected.rows());
-    CHECK(std::memcmp(got.data(), expected.data(), expected.size() * sizeof(float)) == 0);
-    CHECK(std::memcmp(got_next.data(), expected_next.data(), expected_next.size() * sizeof(float)) == 0);
+      });
+      run.join();
+      REQUIRE(error == "");
+      CHECK(sizes_after_failure.size() >= run_case.failing_allocations);
+      for (std::size_t size : sizes_after_failure) CHECK(size == run_case.before.size());
+      REQUIRE(got.rows() == expected.rows());
+      CHECK(std::memcmp(got.data(), expected.data(), expected.size() * sizeof(float)) == 0);
+      CHECK(std::memcmp(got_after.data(), expected_after.data(), expected_after.size() * sizeof(float)) == 0);
+    }
   }
 }
 

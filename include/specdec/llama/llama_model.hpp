@@ -14,18 +14,26 @@
 // Batch invariance: every step above is computed per position (norms, RoPE, SwiGLU per row; attention per
 // query position and head over keys 0..pos in order; matrix products by matmul.hpp's kernel), so a position's
 // logits are bit-identical whether it is forwarded alone or with others, and for any thread count.
+//
+// Threads: a forward of several positions hands each step to the pool as a job (run_blocks); one of a single
+// position, the plain decoding step, runs all layers in one job in which the threads wait for each other
+// between steps (run_blocks_together). The bits do not depend on which: every split of the work between
+// threads is over outputs, never over a sum.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -141,6 +149,16 @@ class Transformer {
     score_stride_ = blocks_ * key_block;
     scores_.resize(pool_->threads() * (c.heads / c.kv_heads) * attention_span() * score_stride_);
     input_digits_ = quantized_input_digits(weights_->format());
+    // Threads that wait for each other by spinning need a core each: with more threads than cores, forwards of
+    // one position took 7x the time together (4 threads on 2 cores) where run_blocks' jobs took 1.2x.
+    together_ = pool_->threads() > 1 && pool_->threads() <= std::max(1u, std::thread::hardware_concurrency());
+    if (together_) {  // run_blocks_together's per-thread norms
+      norm_rows_.resize(pool_->threads() * c.embedding);
+      if (input_digits_ != 0) {
+        norm_lines_ = (c.embedding / quant_block * entry_bytes(input_digits_) + sizeof(CacheLine) - 1) / sizeof(CacheLine);
+        norm_inputs_.resize(pool_->threads() * norm_lines_);
+      }
+    }
   }
 
   const LlamaConfig& config() const { return weights_->config(); }
@@ -191,7 +209,10 @@ class Transformer {
     // Only std::bad_alloc can throw below (a kernel's per-thread scratch growing): the layers that took the new
     // positions give them back, so the context is what it was before the call.
     try {
-      run_blocks(start, n, pool, clock);
+      if (n == 1 && together_)
+        run_blocks_together(start, pool, clock);
+      else
+        run_blocks(start, n, pool, clock);
       // 4. Final norm and output head.                                             logits: [n, vocab]
       if (with_logits) {
         rms_norm(x_.data(), weights_->output_norm().data(), h_.data(), n);
@@ -253,6 +274,99 @@ class Transformer {
       matmul(MatmulOutput{&w.down, x_.data(), e, true}, gate_.data(), c.ffn, n, pool, false, quantized(c.ffn));
       clock.mark(products);
     }
+  }
+
+  /// run_blocks for one position on several threads, in one job instead of five a layer: every thread runs
+  /// every step, and between the steps that need each other's results the threads wait for each other
+  /// (StepBarrier) where a job per step would hand the next step to the workers through the pool. Each thread
+  /// computes the norms itself into its own buffers (norm_rows_, norm_inputs_), so only the products and
+  /// attention are split: the products in the panel runs that matmul gives each thread (matmul_task), the
+  /// attention tasks of attention() claimed one kv head at a time, and the gate and up projections in equal row
+  /// ranges of both, to which each thread applies SwiGLU and the quantisation for the down projection. The
+  /// shared buffers each step reads (q_, k_, v_, attn_, gate_, up_, xq_ and x_) are written in the step before
+  /// the wait; the results are those of run_blocks, bit for bit. Where the two vCPUs do not share an L3 a job's
+  /// hand-over costs about 0.9 µs (0.3 µs where they do), some 150 a forward: against run_blocks, one-position
+  /// quantized_dot forwards at context 256 took 0.964x the time there (9 rounds, quartiles 0.948-0.974) and
+  /// 0.989x where they share one (21 rounds); quantized 0.987x and bf16_dot 0.974x there, bf16 and f32
+  /// 0.996-1.006x (alternating blocks of calls in one model, 2 threads, 2026-12-03).
+  void run_blocks_together(std::size_t start, ThreadPool& pool, StageClock& clock) {
+    const LlamaConfig& c = config();
+    const std::size_t e = c.embedding, qw = c.heads * c.head_dim, kw = c.kv_heads * c.head_dim;
+    const std::size_t threads = pool.threads();
+    StepBarrier barrier(threads);
+    const auto claimed = std::make_unique<std::atomic<std::size_t>[]>(layers_);  // kv heads' attention, per layer
+    const std::uint64_t calls = detail::next_call(4 * layers_);  // the products' numbers (see next_call)
+    std::exception_ptr error;
+    std::atomic<bool> failed{false};
+    constexpr auto products = &ForwardProfile::block_products, other = &ForwardProfile::other;
+    pool.run_together([&](std::size_t t, std::size_t slot) {
+      const auto mark = [&](double ForwardProfile::*stage) {
+        if (t == 0) clock.mark(stage);  // the caller's task keeps the clock
+      };
+      float* h = &norm_rows_[t * e];
+      std::byte* hq = norm_inputs_.empty() ? nullptr : norm_inputs_[t * norm_lines_].bytes;
+      const QuantizedInputs normed = quantizes(e) ? QuantizedInputs{hq, input_digits_} : QuantizedInputs{};
+      const auto norm = [&](const std::vector<float>& weight) {
+        norm_row(x_.data(), weight.data(), h);
+        if (quantizes(e)) quantize_row_blocks(input_digits_, h, 0, 0, e / quant_block, 1, e / quant_block, hq);
+        mark(other);
+      };
+      const auto product = [&](std::span<const MatmulOutput> outputs, std::uint64_t call, const float* x,
+                               std::size_t cols, QuantizedInputs given) {
+        matmul_task(outputs, t, matmul_chunk(total_panels(outputs), threads), x, cols, 1, false, call, given);
+      };
+      try {
+        for (std::size_t l = 0; l < layers_; ++l) {
+          const LayerWeights& w = weights_->layer(l);
+          const std::uint64_t call = calls + 4 * l;
+          norm(w.attn_norm);
+          const MatmulOutput qkv[] = {{&w.q, q_.data(), qw, false}, {&w.k, k_.data(), kw, false}, {&w.v, v_.data(), kw, false}};
+          product(qkv, call, h, e, normed);
+          barrier.wait(t);
+          mark(products);
+          with_kv([&](auto& kv, auto& keys_t) {
+            for (std::size_t g; (g = claimed[l].fetch_add(1, std::memory_order_relaxed)) < c.kv_heads;)
+              attention_task(kv, keys_t, l, start, 1, g, /*per_head=*/true, slot);
+          });
+          barrier.wait(t);
+          mark(&ForwardProfile::attention);
+          const MatmulOutput o[] = {{&w.o, x_.data(), e, true}};
+          product(o, call + 1, attn_.data(), qw, attention_quantizes() ? quantized(qw) : QuantizedInputs{});
+          barrier.wait(t);
+          mark(products);
+          norm(w.ffn_norm);
+          gate_up_rows(w, t, threads, call + 2, h, normed);
+          barrier.wait(t);
+          mark(products);
+          const MatmulOutput down[] = {{&w.down, x_.data(), e, true}};
+          product(down, call + 3, gate_.data(), c.ffn, quantized(c.ffn));
+          barrier.wait(t);
+          mark(products);
+        }
+      } catch (const StepBarrier::Aborted&) {  // another thread failed, and reports it
+      } catch (...) {
+        if (!failed.exchange(true)) error = std::current_exception();
+        barrier.abort();
+      }
+    });
+    if (error) std::rethrow_exception(error);
+  }
+
+  /// Thread t's share of one position's gate and up projections in run_blocks_together: the same rows of both,
+  /// cut at whole quantisation blocks, then SwiGLU over them and their quantisation for the down projection.
+  void gate_up_rows(const LayerWeights& w, std::size_t t, std::size_t threads, std::uint64_t call, const float* h,
+                    QuantizedInputs normed) {
+    const LlamaConfig& c = config();
+    const std::size_t panels = w.gate.panels(), pairs = (panels + 1) / 2;  // a pair of panels: one 32-row block
+    const std::size_t first = std::min(panels, 2 * (pairs * t / threads));
+    const std::size_t last = std::min(panels, 2 * (pairs * (t + 1) / threads));
+    if (first >= last) return;
+    const MatmulOutput gate{&w.gate, gate_.data(), c.ffn, false}, up{&w.up, up_.data(), c.ffn, false};
+    detail::matmul_panels(gate, first, last, h, c.embedding, 1, false, call, normed);
+    detail::matmul_panels(up, first, last, h, c.embedding, 1, false, call, normed);
+    const std::size_t r0 = first * panel_rows, r1 = std::min(c.ffn, last * panel_rows);
+    swiglu(gate_.data() + r0, up_.data() + r0, r1 - r0);
+    quantize_for_next(gate_.data(), 0, r0 / quant_block, r1 / quant_block, c.ffn, 1);  // whole blocks when ffn's are
   }
 
   template <class T>
@@ -320,16 +434,20 @@ class Transformer {
   /// arithmetic is the same on any thread).
   void rms_norm(const float* x, const float* weight, float* out, std::size_t n) {
     const std::size_t e = config().embedding;
-    const float eps = config().rms_eps;
     pool_->parallel_for(n, [&](std::size_t i, std::size_t) {
-      const float* row = x + i * e;
-      const double sum = fold_by_lanes(
-          e, 0.0, [row](std::size_t k) { return double(row[k]) * double(row[k]); },
-          [](double a, double b) { return a + b; });
-      const float scale = 1.0f / std::sqrt(static_cast<float>(sum / double(e)) + eps);
-      for (std::size_t k = 0; k < e; ++k) out[i * e + k] = (row[k] * scale) * weight[k];
+      norm_row(x + i * e, weight, out + i * e);
       quantize_for_next(out + i * e, i, 0, e / quant_block, e, n);
     });
+  }
+
+  /// One row of rms_norm, without the quantisation.
+  void norm_row(const float* row, const float* weight, float* out) const {
+    const std::size_t e = config().embedding;
+    const double sum = fold_by_lanes(
+        e, 0.0, [row](std::size_t k) { return double(row[k]) * double(row[k]); },
+        [](double a, double b) { return a + b; });
+    const float scale = 1.0f / std::sqrt(static_cast<float>(sum / double(e)) + config().rms_eps);
+    for (std::size_t k = 0; k < e; ++k) out[k] = (row[k] * scale) * weight[k];
   }
 
   /// gate = SiLU(gate)·up over n positions, each 32-column block then quantised for the down projection
@@ -439,41 +557,49 @@ class Transformer {
   /// 0.989x while they did not (medians of 66 and 14 rounds, alternating call by call, 2026-12-02).
   template <class Cache, class T>
   void attention(Cache& kv, KeyBlocks<T>& keys_t, std::size_t layer, std::size_t start, std::size_t n, bool per_head) {
+    const std::size_t span = attention_span(), runs = (n + span - 1) / span;
+    pool_->parallel_for(runs * config().kv_heads, [&](std::size_t task, std::size_t slot) {
+      attention_task(kv, keys_t, layer, start, n, task, per_head, slot);
+    });
+  }
+
+  /// Task `task` of attention(): kv head task % kv_heads for the run of positions task / kv_heads, on the
+  /// thread of scratch slot `slot`.
+  template <class Cache, class T>
+  void attention_task(Cache& kv, KeyBlocks<T>& keys_t, std::size_t layer, std::size_t start, std::size_t n,
+                      std::size_t task, bool per_head, std::size_t slot) {
     const LlamaConfig& c = config();
     const std::size_t qw = c.heads * c.head_dim, d = c.head_dim, group = c.heads / c.kv_heads;
-    const std::size_t span = attention_span(), runs = (n + span - 1) / span;
-    const bool quantize = attention_quantizes();
-    pool_->parallel_for(runs * c.kv_heads, [&](std::size_t task, std::size_t slot) {
-      const std::size_t i0 = task / c.kv_heads * span, g = task % c.kv_heads, cache_layer = layer * c.kv_heads + g;
-      if (per_head) {  // runs == 1: this task is the only one of kv head g
-        prefetch_kv_head(kv, keys_t, layer, g, start, n);
-        rope(&q_[g * group * d], qw, group, start, n);
-        rope(&k_[g * d], c.kv_heads * d, 1, start, n);
-        store_kv_head(kv, keys_t, layer, g, start, n);
-      }
-      AttentionGroup<T> a;
-      a.q = &q_[i0 * qw + g * group * d];
-      a.q_stride = d;
-      a.heads = group;
-      a.keys_t = &keys_t[cache_layer * blocks_ * key_block * d];
-      a.values = kv.values(cache_layer, start + n).data();
-      a.keys = start + i0 + 1;
-      a.d = d;
-      a.scale = 1.0f / std::sqrt(static_cast<float>(d));
-      a.scores = &scores_[slot * group * span * score_stride_];
-      a.score_stride = score_stride_;
-      a.out = &attn_[i0 * qw + g * group * d];
-      a.out_stride = d;
-      a.positions = std::min(span, n - i0);
-      a.q_position_stride = qw;
-      a.out_position_stride = qw;
-      attend_group(a);
-      if (quantize) {  // this task's blocks of the output projection's inputs
-        const std::size_t blocks = group * d / quant_block;
-        for (std::size_t i = i0; i < i0 + a.positions; ++i)
-          quantize_for_next(&attn_[i * qw], i, g * blocks, (g + 1) * blocks, qw, n);
-      }
-    });
+    const std::size_t span = attention_span();
+    const std::size_t i0 = task / c.kv_heads * span, g = task % c.kv_heads, cache_layer = layer * c.kv_heads + g;
+    if (per_head) {  // one run: this task is the only one of kv head g
+      prefetch_kv_head(kv, keys_t, layer, g, start, n);
+      rope(&q_[g * group * d], qw, group, start, n);
+      rope(&k_[g * d], c.kv_heads * d, 1, start, n);
+      store_kv_head(kv, keys_t, layer, g, start, n);
+    }
+    AttentionGroup<T> a;
+    a.q = &q_[i0 * qw + g * group * d];
+    a.q_stride = d;
+    a.heads = group;
+    a.keys_t = &keys_t[cache_layer * blocks_ * key_block * d];
+    a.values = kv.values(cache_layer, start + n).data();
+    a.keys = start + i0 + 1;
+    a.d = d;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(d));
+    a.scores = &scores_[slot * group * span * score_stride_];
+    a.score_stride = score_stride_;
+    a.out = &attn_[i0 * qw + g * group * d];
+    a.out_stride = d;
+    a.positions = std::min(span, n - i0);
+    a.q_position_stride = qw;
+    a.out_position_stride = qw;
+    attend_group(a);
+    if (attention_quantizes()) {  // this task's blocks of the output projection's inputs
+      const std::size_t blocks = group * d / quant_block;
+      for (std::size_t i = i0; i < i0 + a.positions; ++i)
+        quantize_for_next(&attn_[i * qw], i, g * blocks, (g + 1) * blocks, qw, n);
+    }
   }
 
   /// Positions per attention task: as many as fill one pass of the AVX-512 kernel (6 rows) with the query heads
@@ -530,6 +656,11 @@ class Transformer {
   // The next matmul call's inputs quantised for the block kernels by the step that wrote them (see quantized()):
   // [capacity × the widest row's blocks] entries in detail::quantize_inputs's layout.
   std::vector<CacheLine> xq_;
+  // run_blocks_together's norms, one row per thread: [threads, embedding], and quantised, norm_lines_ each.
+  std::vector<float> norm_rows_;
+  std::vector<CacheLine> norm_inputs_;
+  std::size_t norm_lines_ = 0;
+  bool together_ = false;      // forwards of one position run run_blocks_together (see the constructor)
   Logits logits_;              // [n, vocab] of the last forward call
 };
 

@@ -19,39 +19,57 @@
 
 namespace specdec::llama {
 
-/// Computes every output in `outputs` from the same inputs x: [positions, x_stride] row-major, first cols()
-/// values of each row used. All weights need the same cols. Parallel over runs of output panels only
-/// (claimed dynamically by the pool's threads); the result does not depend on how positions are grouped or
-/// which thread computes a block. `portable` forces the scalar path. `given`: x already quantised by the caller
-/// (see QuantizedInputs); it must be x's quantisation, which the kernels would otherwise compute themselves.
-/// requires: x and the outputs do not overlap.
-inline void matmul(std::span<const MatmulOutput> outputs, const float* x, std::size_t x_stride,
-                   std::size_t positions, ThreadPool& pool, bool portable = false, QuantizedInputs given = {}) {
-  if (positions == 0 || outputs.empty()) return;
+/// Panels of all the outputs together. requires: they all have the same cols.
+inline std::size_t total_panels(std::span<const MatmulOutput> outputs) {
   std::size_t total = 0;
   for (const auto& out : outputs) {
     SPECDEC_ASSERT(out.weights->cols() == outputs.front().weights->cols());
     total += out.weights->panels();
   }
-  // One contiguous run of panels per thread, the outputs' panels taken as one sequence (a run may end in one
-  // output and go on in the next): long sequential weight streams are what the hardware prefetcher needs (4-panel
-  // tasks ran 1.3-1.5x slower on 2 threads). A thread that the OS has descheduled leaves its run unclaimed, and
-  // the others take it once theirs are done. Against two runs per thread, each within one output, forwards of
-  // SmolLM2 at context 256 on 2 threads took 0.97-0.98x the time at 1, 5 and 9 positions for quantized_dot and
-  // quantized, 0.99x for bf16_dot, 0.99-1.00x for f32 (alternating call by call, 2026-12-02).
+  return total;
+}
+
+/// Panels per task when matmul splits `total` panels between `threads` threads: one contiguous run of panels
+/// per thread, the outputs' panels taken as one sequence (a run may end in one output and go on in the next).
+/// Long sequential weight streams are what the hardware prefetcher needs (4-panel tasks ran 1.3-1.5x slower on 2
+/// threads). Against two runs per thread, each within one output, forwards of SmolLM2 at context 256 on 2
+/// threads took 0.97-0.98x the time at 1, 5 and 9 positions for quantized_dot and quantized, 0.99x for
+/// bf16_dot, 0.99-1.00x for f32 (alternating call by call, 2026-12-02).
+inline std::size_t matmul_chunk(std::size_t total, std::size_t threads) {
   constexpr std::size_t min_chunk = 4;
-  const std::size_t chunk = std::max(min_chunk, (total + pool.threads() - 1) / pool.threads());  // panels per task
+  return std::max(min_chunk, (total + threads - 1) / threads);
+}
+
+/// Task `task` of a matmul split into tasks of `chunk` panels (matmul_chunk): panels [task·chunk,
+/// (task + 1)·chunk) of the outputs' panels taken as one sequence, for all positions; nothing past the last.
+/// `call`: detail::next_call(), the same for every task of one product.
+inline void matmul_task(std::span<const MatmulOutput> outputs, std::size_t task, std::size_t chunk, const float* x,
+                        std::size_t x_stride, std::size_t positions, bool portable, std::uint64_t call,
+                        QuantizedInputs given) {
+  const std::size_t begin = task * chunk, end = begin + chunk;
+  std::size_t offset = 0;  // of the output's first panel in the sequence
+  for (const auto& out : outputs) {
+    const std::size_t panels = out.weights->panels();
+    const std::size_t first = std::max(begin, offset), last = std::min(end, offset + panels);
+    if (first < last)
+      detail::matmul_panels(out, first - offset, last - offset, x, x_stride, positions, portable, call, given);
+    offset += panels;
+  }
+}
+
+/// Computes every output in `outputs` from the same inputs x: [positions, x_stride] row-major, first cols()
+/// values of each row used. All weights need the same cols. Parallel over runs of output panels only
+/// (matmul_task; a thread that the OS has descheduled leaves its run to the others); the result does not
+/// depend on how positions are grouped or which thread computes a block. `portable` forces the scalar path. `given`: x already quantised by the caller
+/// (see QuantizedInputs); it must be x's quantisation, which the kernels would otherwise compute themselves.
+/// requires: x and the outputs do not overlap.
+inline void matmul(std::span<const MatmulOutput> outputs, const float* x, std::size_t x_stride,
+                   std::size_t positions, ThreadPool& pool, bool portable = false, QuantizedInputs given = {}) {
+  if (positions == 0 || outputs.empty()) return;
+  const std::size_t total = total_panels(outputs), chunk = matmul_chunk(total, pool.threads());
   const std::uint64_t call = detail::next_call();
   pool.parallel_for((total + chunk - 1) / chunk, [&](std::size_t task, std::size_t) {
-    const std::size_t begin = task * chunk, end = std::min(total, begin + chunk);
-    std::size_t offset = 0;  // of the output's first panel in the sequence
-    for (const auto& out : outputs) {
-      const std::size_t panels = out.weights->panels();
-      const std::size_t first = std::max(begin, offset), last = std::min(end, offset + panels);
-      if (first < last)
-        detail::matmul_panels(out, first - offset, last - offset, x, x_stride, positions, portable, call, given);
-      offset += panels;
-    }
+    matmul_task(outputs, task, chunk, x, x_stride, positions, portable, call, given);
   });
 }
 

@@ -10,6 +10,10 @@
 // shared counter, quantized_dot forwards of one position took 0.998x the time while the two vCPUs shared an L3
 // (round_trip_ns ~100) and 0.993x while they did not (~420 ns): medians of 64 and 86 rounds of 100 calls each,
 // alternating call by call, 2026-12-02.
+//
+// run_together and StepBarrier serve a longer job instead: one task per thread, all running at once and
+// waiting for each other between steps (a one-position forward's layers, llama_model.hpp), which saves the
+// job's hand-over at each step.
 #pragma once
 
 #include <algorithm>
@@ -123,6 +127,15 @@ class ThreadPool {
   /// by about one a job, `spin` is shorter than the gaps between this program's jobs.
   std::uint64_t wakes() const { return wakes_.load(std::memory_order_relaxed); }
 
+  /// Calls fn(task, slot) once for each task in [0, threads()), each on its own thread and all at the same
+  /// time (task 0 on the caller), so that the tasks may wait for each other (StepBarrier): a job that the
+  /// caller cannot close before its own task returns, and that every worker therefore joins. A task that
+  /// throws must first release the others (StepBarrier::abort), or they wait for it forever.
+  template <class Fn>
+  void run_together(Fn&& fn) {
+    parallel_for(count_, std::forward<Fn>(fn));
+  }
+
   /// Calls fn(task, slot) once for each task in [0, tasks) and returns when all have returned. `slot`
   /// (0 for the caller) is the running thread's index, for per-thread scratch. If a task throws, the first
   /// exception is rethrown here after the job ends; some other tasks may then not have run.
@@ -227,6 +240,48 @@ class ThreadPool {
   std::atomic<bool> stop_{false};
   std::atomic<bool> failed_{false};   // a task of the current job threw; error_ holds the first exception
   std::exception_ptr error_;
+};
+
+/// Lets the tasks of one ThreadPool::run_together job wait for each other between the steps of their work:
+/// wait(task) returns once every task has called it as often as this one. The tasks spin (they run together
+/// and the steps are microseconds apart). If a task cannot go on (an exception), abort() makes every wait, now
+/// or later, throw StepBarrier::Aborted instead, so that no task waits for it forever.
+///
+///   StepBarrier barrier(pool.threads());
+///   pool.run_together([&](std::size_t task, std::size_t) { step_one(task); barrier.wait(task); step_two(task); });
+class StepBarrier {
+ public:
+  struct Aborted {};
+
+  /// requires: tasks >= 1, the number of tasks of the job.
+  explicit StepBarrier(std::size_t tasks) : tasks_(tasks), passed_(std::make_unique<Count[]>(tasks)) {}
+
+  /// Task `task` has finished a step: waits until every task has finished as many. Throws Aborted after abort().
+  void wait(std::size_t task) {
+    const std::uint64_t steps = passed_[task].steps.load(std::memory_order_relaxed) + 1;
+    passed_[task].steps.store(steps, std::memory_order_release);
+    for (std::size_t other = 0, spins = 0; other < tasks_; ++other)
+      while (passed_[other].steps.load(std::memory_order_acquire) < steps) {
+        if (aborted_.load(std::memory_order_acquire)) throw Aborted{};
+        // Past a few thousand polls (tens of µs) the other task's thread is likely not running (more threads
+        // than free cores): give the core up in each poll, so that it may run here.
+        if (++spins < yield_after) detail::cpu_relax();
+        else std::this_thread::yield();
+      }
+    if (aborted_.load(std::memory_order_acquire)) throw Aborted{};
+  }
+
+  /// Releases every task waiting in wait() now or later: they throw Aborted.
+  void abort() { aborted_.store(true, std::memory_order_release); }
+
+ private:
+  static constexpr unsigned yield_after = 4096;
+  struct alignas(64) Count {
+    std::atomic<std::uint64_t> steps{0};  // steps this task has finished; written by its task only
+  };
+  std::size_t tasks_;
+  std::unique_ptr<Count[]> passed_;  // [tasks]
+  alignas(64) std::atomic<bool> aborted_{false};
 };
 
 }  // namespace specdec::llama

@@ -33,10 +33,11 @@
 namespace specdec::llama::detail {
 
 /// A number unique to each matmul call, so that a thread interleaves the call's inputs only once however
-/// many blocks of it the thread computes.
-inline std::uint64_t next_call() {
+/// many blocks of it the thread computes; next_call(count) reserves count consecutive numbers and returns the
+/// first.
+inline std::uint64_t next_call(std::uint64_t count = 1) {
   static std::atomic<std::uint64_t> calls{0};
-  return calls.fetch_add(1, std::memory_order_relaxed) + 1;
+  return calls.fetch_add(count, std::memory_order_relaxed) + 1;
 }
 
 /// Positions that share one pass over a panel's weights. One pass streams the weights from memory while
