@@ -15,9 +15,9 @@
 // query position and head over keys 0..pos in order; matrix products by matmul.hpp's kernel), so a position's
 // logits are bit-identical whether it is forwarded alone or with others, and for any thread count.
 //
-// Threads: a forward of several positions hands each step to the pool as a job (run_blocks); one of a single
-// position, the plain decoding step, runs all layers in one job in which the threads wait for each other
-// between steps (run_blocks_together). The bits do not depend on which: every split of the work between
+// Threads: a forward of up to 16 positions (a decoding step, a verify pass) runs all layers in one job in which
+// the threads wait for each other between steps (run_blocks_together); a longer one (a prompt) hands each step
+// to the pool as a job (run_blocks), as does a pool with more threads than cores. The bits do not depend on which: every split of the work between
 // threads is over outputs, never over a sum.
 #pragma once
 
@@ -152,13 +152,6 @@ class Transformer {
     // Threads that wait for each other by spinning need a core each: with more threads than cores, forwards of
     // one position took 7x the time together (4 threads on 2 cores) where run_blocks' jobs took 1.2x.
     together_ = pool_->threads() > 1 && pool_->threads() <= std::max(1u, std::thread::hardware_concurrency());
-    if (together_) {  // run_blocks_together's per-thread norms
-      norm_rows_.resize(pool_->threads() * c.embedding);
-      if (input_digits_ != 0) {
-        norm_lines_ = (c.embedding / quant_block * entry_bytes(input_digits_) + sizeof(CacheLine) - 1) / sizeof(CacheLine);
-        norm_inputs_.resize(pool_->threads() * norm_lines_);
-      }
-    }
   }
 
   const LlamaConfig& config() const { return weights_->config(); }
@@ -209,8 +202,8 @@ class Transformer {
     // Only std::bad_alloc can throw below (a kernel's per-thread scratch growing): the layers that took the new
     // positions give them back, so the context is what it was before the call.
     try {
-      if (n == 1 && together_)
-        run_blocks_together(start, pool, clock);
+      if (together_ && n <= together_positions)
+        run_blocks_together(start, n, pool, clock);
       else
         run_blocks(start, n, pool, clock);
       // 4. Final norm and output head.                                             logits: [n, vocab]
@@ -276,25 +269,34 @@ class Transformer {
     }
   }
 
-  /// run_blocks for one position on several threads, in one job instead of five a layer: every thread runs
-  /// every step, and between the steps that need each other's results the threads wait for each other
-  /// (StepBarrier) where a job per step would hand the next step to the workers through the pool. Each thread
-  /// computes the norms itself into its own buffers (norm_rows_, norm_inputs_), so only the products and
-  /// attention are split: the products in the panel runs that matmul gives each thread (matmul_task), the
-  /// attention tasks of attention() claimed one kv head at a time, and the gate and up projections in equal row
-  /// ranges of both, to which each thread applies SwiGLU and the quantisation for the down projection. The
-  /// shared buffers each step reads (q_, k_, v_, attn_, gate_, up_, xq_ and x_) are written in the step before
-  /// the wait; the results are those of run_blocks, bit for bit. Where the two vCPUs do not share an L3 a job's
-  /// hand-over costs about 0.9 µs (0.3 µs where they do), some 150 a forward: against run_blocks, one-position
+  /// Forwards of at most this many positions run run_blocks_together: a verify pass's, not a prompt's, where each
+  /// thread's norms of every position would cost more than the jobs they save.
+  static constexpr std::size_t together_positions = 16;
+
+  /// run_blocks on several threads in one job instead of five to eight a layer: every thread runs every step,
+  /// and between the steps that need each other's results the threads wait for each other (StepBarrier) where a
+  /// job per step would hand the next step to the workers through the pool. Each thread computes the norms of
+  /// all n positions itself into its own buffers (norm_rows_, norm_inputs_), so only the products and attention
+  /// are split: the products in the panel runs that matmul gives each thread (matmul_task), attention in
+  /// attention()'s tasks claimed one at a time (beyond one run of positions, RoPE and the cache stores first,
+  /// each thread for its share of the kv heads), and the gate and up projections in equal row ranges of both, to
+  /// which each thread applies SwiGLU and the quantisation for the down projection. The shared buffers each step
+  /// reads (q_, k_, v_, attn_, gate_, up_, xq_ and x_) are written in the step before the wait; the results are
+  /// those of run_blocks, bit for bit. Where the two vCPUs do not share an L3 a job's hand-over costs about
+  /// 0.9 µs (0.3 µs where they do), some 150 a one-position forward: against run_blocks, one-position
   /// quantized_dot forwards at context 256 took 0.964x the time there (9 rounds, quartiles 0.948-0.974) and
   /// 0.989x where they share one (21 rounds); quantized 0.987x and bf16_dot 0.974x there, bf16 and f32
-  /// 0.996-1.006x (alternating blocks of calls in one model, 2 threads, 2026-12-03).
-  void run_blocks_together(std::size_t start, ThreadPool& pool, StageClock& clock) {
+  /// 0.996-1.006x (alternating blocks of calls in one model, 2 threads, 2026-12-03). quantized_dot at 2, 5, 9
+  /// and 16 positions: 0.982x, 0.982x, 0.988x and 0.986x where they share an L3 (6-8 rounds; 9 positions 0.968x
+  /// where they do not, 3 rounds); f32 and quantized at 9: 0.990x and 1.000x.
+  void run_blocks_together(std::size_t start, std::size_t n, ThreadPool& pool, StageClock& clock) {
     const LlamaConfig& c = config();
-    const std::size_t e = c.embedding, qw = c.heads * c.head_dim, kw = c.kv_heads * c.head_dim;
-    const std::size_t threads = pool.threads();
+    const std::size_t e = c.embedding, qw = c.heads * c.head_dim, kw = c.kv_heads * c.head_dim, d = c.head_dim;
+    const std::size_t threads = pool.threads(), group = c.heads / c.kv_heads;
+    const std::size_t span = attention_span(), runs = (n + span - 1) / span;
+    const bool per_head = runs == 1;  // each attention task applies RoPE and stores its own kv head
     StepBarrier barrier(threads);
-    const auto claimed = std::make_unique<std::atomic<std::size_t>[]>(layers_);  // kv heads' attention, per layer
+    const auto claimed = std::make_unique<std::atomic<std::size_t>[]>(layers_);  // attention tasks, per layer
     const std::uint64_t calls = detail::next_call(4 * layers_);  // the products' numbers (see next_call)
     std::exception_ptr error;
     std::atomic<bool> failed{false};
@@ -303,30 +305,45 @@ class Transformer {
       const auto mark = [&](double ForwardProfile::*stage) {
         if (t == 0) clock.mark(stage);  // the caller's task keeps the clock
       };
-      float* h = &norm_rows_[t * e];
+      float* h = &norm_rows_[t * norm_capacity_ * e];
       std::byte* hq = norm_inputs_.empty() ? nullptr : norm_inputs_[t * norm_lines_].bytes;
       const QuantizedInputs normed = quantizes(e) ? QuantizedInputs{hq, input_digits_} : QuantizedInputs{};
       const auto norm = [&](const std::vector<float>& weight) {
-        norm_row(x_.data(), weight.data(), h);
-        if (quantizes(e)) quantize_row_blocks(input_digits_, h, 0, 0, e / quant_block, 1, e / quant_block, hq);
+        for (std::size_t i = 0; i < n; ++i) {
+          norm_row(&x_[i * e], weight.data(), h + i * e);
+          if (quantizes(e)) quantize_row_blocks(input_digits_, h + i * e, i, 0, e / quant_block, n, e / quant_block, hq);
+        }
         mark(other);
       };
       const auto product = [&](std::span<const MatmulOutput> outputs, std::uint64_t call, const float* x,
                                std::size_t cols, QuantizedInputs given) {
-        matmul_task(outputs, t, matmul_chunk(total_panels(outputs), threads), x, cols, 1, false, call, given);
+        matmul_task(outputs, t, matmul_chunk(total_panels(outputs), threads), x, cols, n, false, call, given);
       };
       try {
         for (std::size_t l = 0; l < layers_; ++l) {
           const LayerWeights& w = weights_->layer(l);
           const std::uint64_t call = calls + 4 * l;
+          with_kv([&](auto& kv, auto& keys_t) {  // this thread's kv heads' cache lines (see prefetch_kv)
+            if (!per_head)
+              for (std::size_t g = t; g < c.kv_heads; g += threads) prefetch_kv_head(kv, keys_t, l, g, start, n);
+          });
           norm(w.attn_norm);
           const MatmulOutput qkv[] = {{&w.q, q_.data(), qw, false}, {&w.k, k_.data(), kw, false}, {&w.v, v_.data(), kw, false}};
           product(qkv, call, h, e, normed);
           barrier.wait(t);
           mark(products);
           with_kv([&](auto& kv, auto& keys_t) {
-            for (std::size_t g; (g = claimed[l].fetch_add(1, std::memory_order_relaxed)) < c.kv_heads;)
-              attention_task(kv, keys_t, l, start, 1, g, /*per_head=*/true, slot);
+            if (!per_head) {  // a run's keys are read by the later runs' tasks too: all stored before any task
+              for (std::size_t g = t; g < c.kv_heads; g += threads) {
+                rope(&q_[g * group * d], qw, group, start, n);
+                rope(&k_[g * d], kw, 1, start, n);
+                store_kv_head(kv, keys_t, l, g, start, n);
+              }
+              barrier.wait(t);
+              mark(other);
+            }
+            for (std::size_t task; (task = claimed[l].fetch_add(1, std::memory_order_relaxed)) < runs * c.kv_heads;)
+              attention_task(kv, keys_t, l, start, n, task, per_head, slot);
           });
           barrier.wait(t);
           mark(&ForwardProfile::attention);
@@ -335,7 +352,7 @@ class Transformer {
           barrier.wait(t);
           mark(products);
           norm(w.ffn_norm);
-          gate_up_rows(w, t, threads, call + 2, h, normed);
+          gate_up_rows(w, t, threads, n, call + 2, h, normed);
           barrier.wait(t);
           mark(products);
           const MatmulOutput down[] = {{&w.down, x_.data(), e, true}};
@@ -352,21 +369,24 @@ class Transformer {
     if (error) std::rethrow_exception(error);
   }
 
-  /// Thread t's share of one position's gate and up projections in run_blocks_together: the same rows of both,
-  /// cut at whole quantisation blocks, then SwiGLU over them and their quantisation for the down projection.
-  void gate_up_rows(const LayerWeights& w, std::size_t t, std::size_t threads, std::uint64_t call, const float* h,
-                    QuantizedInputs normed) {
+  /// Thread t's share of the gate and up projections of n positions in run_blocks_together: the same rows of
+  /// both, cut at whole quantisation blocks, then SwiGLU over them and their quantisation for the down
+  /// projection.
+  void gate_up_rows(const LayerWeights& w, std::size_t t, std::size_t threads, std::size_t n, std::uint64_t call,
+                    const float* h, QuantizedInputs normed) {
     const LlamaConfig& c = config();
     const std::size_t panels = w.gate.panels(), pairs = (panels + 1) / 2;  // a pair of panels: one 32-row block
     const std::size_t first = std::min(panels, 2 * (pairs * t / threads));
     const std::size_t last = std::min(panels, 2 * (pairs * (t + 1) / threads));
     if (first >= last) return;
     const MatmulOutput gate{&w.gate, gate_.data(), c.ffn, false}, up{&w.up, up_.data(), c.ffn, false};
-    detail::matmul_panels(gate, first, last, h, c.embedding, 1, false, call, normed);
-    detail::matmul_panels(up, first, last, h, c.embedding, 1, false, call, normed);
+    detail::matmul_panels(gate, first, last, h, c.embedding, n, false, call, normed);
+    detail::matmul_panels(up, first, last, h, c.embedding, n, false, call, normed);
     const std::size_t r0 = first * panel_rows, r1 = std::min(c.ffn, last * panel_rows);
-    swiglu(gate_.data() + r0, up_.data() + r0, r1 - r0);
-    quantize_for_next(gate_.data(), 0, r0 / quant_block, r1 / quant_block, c.ffn, 1);  // whole blocks when ffn's are
+    for (std::size_t i = 0; i < n; ++i) {
+      swiglu(&gate_[i * c.ffn + r0], &up_[i * c.ffn + r0], r1 - r0);
+      quantize_for_next(&gate_[i * c.ffn], i, r0 / quant_block, r1 / quant_block, c.ffn, n);  // whole blocks where ffn's are
+    }
   }
 
   template <class T>
@@ -400,6 +420,14 @@ class Transformer {
     if (input_digits_ != 0) {
       const std::size_t widest = std::max({c.embedding, c.heads * c.head_dim, c.ffn});
       xq_.resize((n * (widest / quant_block) * entry_bytes(input_digits_) + 63) / 64);
+    }
+    if (together_ && norm_capacity_ < together_positions) {  // run_blocks_together's norms, per thread
+      norm_capacity_ = std::min(n, together_positions);
+      norm_rows_.resize(pool_->threads() * norm_capacity_ * c.embedding);
+      if (input_digits_ != 0) {
+        norm_lines_ = (norm_capacity_ * (c.embedding / quant_block) * entry_bytes(input_digits_) + 63) / 64;
+        norm_inputs_.resize(pool_->threads() * norm_lines_);
+      }
     }
     capacity_ = n;
   }
@@ -656,11 +684,13 @@ class Transformer {
   // The next matmul call's inputs quantised for the block kernels by the step that wrote them (see quantized()):
   // [capacity × the widest row's blocks] entries in detail::quantize_inputs's layout.
   std::vector<CacheLine> xq_;
-  // run_blocks_together's norms, one row per thread: [threads, embedding], and quantised, norm_lines_ each.
+  // run_blocks_together's norms, norm_capacity_ rows per thread: [threads, norm_capacity_, embedding], and
+  // quantised, norm_lines_ lines per thread.
   std::vector<float> norm_rows_;
   std::vector<CacheLine> norm_inputs_;
+  std::size_t norm_capacity_ = 0;
   std::size_t norm_lines_ = 0;
-  bool together_ = false;      // forwards of one position run run_blocks_together (see the constructor)
+  bool together_ = false;      // forwards of up to together_positions run run_blocks_together (see the constructor)
   Logits logits_;              // [n, vocab] of the last forward call
 };
 
