@@ -33,7 +33,6 @@
 #include <optional>
 #include <span>
 #include <string_view>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -149,9 +148,10 @@ class Transformer {
     score_stride_ = blocks_ * key_block;
     scores_.resize(pool_->threads() * (c.heads / c.kv_heads) * attention_span() * score_stride_);
     input_digits_ = quantized_input_digits(weights_->format());
-    // Threads that wait for each other by spinning need a core each: with more threads than cores, forwards of
-    // one position took 7x the time together (4 threads on 2 cores) where run_blocks' jobs took 1.2x.
-    together_ = pool_->threads() > 1 && pool_->threads() <= std::max(1u, std::thread::hardware_concurrency());
+    // Threads that wait for each other by spinning need a core each: with more threads than cores this process
+    // may use, forwards of one position took 7x the time together (4 threads on 2 cores) where run_blocks' jobs
+    // took 1.2x.
+    together_ = pool_->threads() > 1 && pool_->threads() <= detail::usable_cores();
   }
 
   const LlamaConfig& config() const { return weights_->config(); }
@@ -422,12 +422,12 @@ class Transformer {
       xq_.resize((n * (widest / quant_block) * entry_bytes(input_digits_) + 63) / 64);
     }
     if (together_ && norm_capacity_ < together_positions) {  // run_blocks_together's norms, per thread
-      norm_capacity_ = std::min(n, together_positions);
-      norm_rows_.resize(pool_->threads() * norm_capacity_ * c.embedding);
-      if (input_digits_ != 0) {
-        norm_lines_ = (norm_capacity_ * (c.embedding / quant_block) * entry_bytes(input_digits_) + 63) / 64;
-        norm_inputs_.resize(pool_->threads() * norm_lines_);
-      }
+      const std::size_t rows = std::min(n, together_positions);
+      const std::size_t lines =
+          input_digits_ != 0 ? (rows * (c.embedding / quant_block) * entry_bytes(input_digits_) + 63) / 64 : 0;
+      norm_rows_.resize(pool_->threads() * rows * c.embedding);
+      norm_inputs_.resize(pool_->threads() * lines);
+      norm_capacity_ = rows, norm_lines_ = lines;  // only once both buffers have grown (either may throw)
     }
     capacity_ = n;
   }

@@ -31,6 +31,9 @@
 #if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
 #include <immintrin.h>
 #endif
+#if defined(__linux__)
+#include <sched.h>
+#endif
 
 #include "specdec/error.hpp"
 
@@ -44,6 +47,17 @@ inline void cpu_relax() {
 #elif defined(__aarch64__)
   asm volatile("yield");
 #endif
+}
+
+/// Cores this process may run on: its CPU affinity mask on Linux (taskset, a container's cpuset), else what
+/// std::thread::hardware_concurrency() reports; at least 1.
+inline std::size_t usable_cores() {
+#if defined(__linux__)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return static_cast<std::size_t>(CPU_COUNT(&set));
+#endif
+  return std::max(1u, std::thread::hardware_concurrency());
 }
 
 /// Spins until `pred()` holds, for at most `spin`, then blocks on `word` until it changes from `seen`,
