@@ -305,8 +305,8 @@ class Transformer {
       const auto mark = [&](double ForwardProfile::*stage) {
         if (t == 0) clock.mark(stage);  // the caller's task keeps the clock
       };
-      float* h = &norm_rows_[t * norm_capacity_ * e];
-      std::byte* hq = norm_inputs_.empty() ? nullptr : norm_inputs_[t * norm_lines_].bytes;
+      float* h = &norm_rows_[t * (norm_rows_.size() / threads)];
+      std::byte* hq = norm_inputs_.empty() ? nullptr : norm_inputs_[t * (norm_inputs_.size() / threads)].bytes;
       const QuantizedInputs normed = quantizes(e) ? QuantizedInputs{hq, input_digits_} : QuantizedInputs{};
       const auto norm = [&](const std::vector<float>& weight) {
         for (std::size_t i = 0; i < n; ++i) {
@@ -421,13 +421,12 @@ class Transformer {
       const std::size_t widest = std::max({c.embedding, c.heads * c.head_dim, c.ffn});
       xq_.resize((n * (widest / quant_block) * entry_bytes(input_digits_) + 63) / 64);
     }
-    if (together_ && norm_capacity_ < together_positions) {  // run_blocks_together's norms, per thread
-      const std::size_t rows = std::min(n, together_positions);
+    if (together_) {  // run_blocks_together's norms: each thread's share is its buffers' size / threads
+      const std::size_t rows = std::min(n, together_positions), threads = pool_->threads();
       const std::size_t lines =
           input_digits_ != 0 ? (rows * (c.embedding / quant_block) * entry_bytes(input_digits_) + 63) / 64 : 0;
-      norm_rows_.resize(pool_->threads() * rows * c.embedding);
-      norm_inputs_.resize(pool_->threads() * lines);
-      norm_capacity_ = rows, norm_lines_ = lines;  // only once both buffers have grown (either may throw)
+      norm_rows_.resize(std::max(norm_rows_.size(), threads * rows * c.embedding));
+      norm_inputs_.resize(std::max(norm_inputs_.size(), threads * lines));
     }
     capacity_ = n;
   }
@@ -684,12 +683,10 @@ class Transformer {
   // The next matmul call's inputs quantised for the block kernels by the step that wrote them (see quantized()):
   // [capacity × the widest row's blocks] entries in detail::quantize_inputs's layout.
   std::vector<CacheLine> xq_;
-  // run_blocks_together's norms, norm_capacity_ rows per thread: [threads, norm_capacity_, embedding], and
-  // quantised, norm_lines_ lines per thread.
+  // run_blocks_together's norms, an equal share per thread: [threads, rows, embedding] (rows up to
+  // together_positions), and quantised.
   std::vector<float> norm_rows_;
   std::vector<CacheLine> norm_inputs_;
-  std::size_t norm_capacity_ = 0;
-  std::size_t norm_lines_ = 0;
   bool together_ = false;      // forwards of up to together_positions run run_blocks_together (see the constructor)
   Logits logits_;              // [n, vocab] of the last forward call
 };

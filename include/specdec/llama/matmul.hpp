@@ -60,8 +60,9 @@ inline void matmul_task(std::span<const MatmulOutput> outputs, std::size_t task,
 /// Computes every output in `outputs` from the same inputs x: [positions, x_stride] row-major, first cols()
 /// values of each row used. All weights need the same cols. Parallel over runs of output panels only
 /// (matmul_task; a thread that the OS has descheduled leaves its run to the others); the result does not
-/// depend on how positions are grouped or which thread computes a block. `portable` forces the scalar path. `given`: x already quantised by the caller
-/// (see QuantizedInputs); it must be x's quantisation, which the kernels would otherwise compute themselves.
+/// depend on how positions are grouped or which thread computes a block. `portable` forces the scalar path.
+/// `given`: x already quantised by the caller (see QuantizedInputs); it must be x's quantisation, which the
+/// kernels would otherwise compute themselves.
 /// requires: x and the outputs do not overlap.
 inline void matmul(std::span<const MatmulOutput> outputs, const float* x, std::size_t x_stride,
                    std::size_t positions, ThreadPool& pool, bool portable = false, QuantizedInputs given = {}) {
