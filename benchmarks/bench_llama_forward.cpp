@@ -9,7 +9,9 @@
 // and truncate back.
 // Counters: weight_bytes (streamed per forward), GB/s (weight bytes / time), bandwidth_GB/s (read bandwidth
 // measured just before and just after this benchmark's timed loop, their mean), floor_fraction (bandwidth
-// floor time / measured time, against that adjacent bandwidth; 1 = memory-bound at full bandwidth), and for f32
+// floor time / measured time, against that adjacent bandwidth; 1 = memory-bound at full bandwidth), kv_bytes
+// (the KV cache's bytes that attention reads at least once: every row of the context and the new positions, in
+// every layer), memory_fraction (floor_fraction with kv_bytes added to the weight bytes), and for f32
 // and bf16 fma_fraction (n·weights multiply-adds / time, against the BM_FmaPeak rate measured once at
 // start-up; 1 = that rate, one 16-lane FMA per cycle per core on Zen 4; 8-lane FMAs on CPUs without
 // AVX-512). The shared machine's memory bandwidth drifts by 2x over minutes, so a floor measured once for the
@@ -251,11 +253,18 @@ void forward(benchmark::State& state, WeightFormat format) {
   const double bandwidth = (bandwidth_before + read_bandwidth()) / 2;
   if (threads() > 1) state.counters["round_trip_ns"] = (round_trip + round_trip_ns()) / 2;
   const double bytes = double(m.weight_bytes_per_forward());
+  // The KV cache's bytes that attention reads at least once: every position's key and value rows in every layer.
+  const auto& config = m.config();
+  const double kv_bytes = double(context + step.size()) * double(config.layers * config.kv_heads * config.head_dim) *
+                          2.0 * (m.kv_format() == specdec::llama::KvFormat::f16 ? 2.0 : 4.0);
   state.SetItemsProcessed(state.iterations() * state.range(0));
   state.counters["weight_bytes"] = bytes;
+  state.counters["kv_bytes"] = kv_bytes;
   state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["bandwidth_GB/s"] = bandwidth / 1e9;
   state.counters["floor_fraction"] = benchmark::Counter(bytes / bandwidth, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["memory_fraction"] =
+      benchmark::Counter((bytes + kv_bytes) / bandwidth, benchmark::Counter::kIsIterationInvariantRate);
   const double bytes_per_weight = format == WeightFormat::f32 ? 4.0 : format == WeightFormat::bf16 ? 2.0 : 0.0;
   if (bytes_per_weight > 0 && fma_peak() > 0) {
     const double vector_fmas = bytes / bytes_per_weight * double(state.range(0)) / fma_lanes;
