@@ -83,11 +83,11 @@ llama::WeightFormat format() {
   detail::fail("SPECDEC_FORMAT '", name, "' is not a weight format");
 }
 
-/// The KV cache's element: SPECDEC_KV_FORMAT (f16, f32), default the library's (f16).
+/// The KV cache's element: SPECDEC_KV_FORMAT (f16, f32, q8), default the library's (f16).
 llama::KvFormat kv_format() {
   const std::string name = env("SPECDEC_KV_FORMAT", llama::to_string(llama::LoadOptions{}.kv_format));
   if (const auto f = llama::kv_format_from_string(name)) return *f;
-  detail::fail("SPECDEC_KV_FORMAT '", name, "' is not f16 or f32");
+  detail::fail("SPECDEC_KV_FORMAT '", name, "' is not f16, f32 or q8");
 }
 
 /// Everything loaded once: the model, its tokenizer, the tasks, the plain baselines.

@@ -5,7 +5,7 @@
 //   SPECDEC_MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf SPECDEC_THREADS=2 ./bench_llama_forward
 //
 // BM_LlamaForward_<format>/<n>: with 256 positions in the context (SPECDEC_CONTEXT overrides; the KV cache
-// in SPECDEC_KV_FORMAT, default f16), forward n more
+// in SPECDEC_KV_FORMAT, f16, f32 or q8, default f16), forward n more
 // and truncate back.
 // Counters: weight_bytes (streamed per forward), GB/s (weight bytes / time), bandwidth_GB/s (read bandwidth
 // measured just before and just after this benchmark's timed loop, their mean), floor_fraction (bandwidth
@@ -61,12 +61,12 @@ std::size_t threads() {
   return env ? std::max(1, std::atoi(env)) : 1;
 }
 
-/// SPECDEC_KV_FORMAT (f16 or f32), default the library's.
+/// SPECDEC_KV_FORMAT (f16, f32 or q8), default the library's.
 specdec::llama::KvFormat kv_format() {
   const char* env = std::getenv("SPECDEC_KV_FORMAT");
   if (!env) return specdec::llama::LoadOptions{}.kv_format;
   if (const auto f = specdec::llama::kv_format_from_string(env)) return *f;
-  throw std::invalid_argument(std::string("SPECDEC_KV_FORMAT '") + env + "' is not f16 or f32");
+  throw std::invalid_argument(std::string("SPECDEC_KV_FORMAT '") + env + "' is not f16, f32 or q8");
 }
 
 std::shared_ptr<specdec::llama::ThreadPool> shared_pool() {
@@ -255,8 +255,11 @@ void forward(benchmark::State& state, WeightFormat format) {
   const double bytes = double(m.weight_bytes_per_forward());
   // The KV cache's bytes that attention reads at least once: every position's key and value rows in every layer.
   const auto& config = m.config();
-  const double kv_bytes = double(context + step.size()) * double(config.layers * config.kv_heads * config.head_dim) *
-                          2.0 * (m.kv_format() == specdec::llama::KvFormat::f16 ? 2.0 : 4.0);
+  const auto kv = m.kv_format();
+  const double row_bytes = kv == specdec::llama::KvFormat::q8    ? double(config.head_dim) + 4.0  // and its scale
+                           : kv == specdec::llama::KvFormat::f16 ? 2.0 * double(config.head_dim)
+                                                                 : 4.0 * double(config.head_dim);
+  const double kv_bytes = double(context + step.size()) * double(config.layers * config.kv_heads) * 2.0 * row_bytes;
   state.SetItemsProcessed(state.iterations() * state.range(0));
   state.counters["weight_bytes"] = bytes;
   state.counters["kv_bytes"] = kv_bytes;

@@ -47,7 +47,9 @@ constexpr const char* kUsage = R"(usage: specdec-generate [options]
                             precise as float math, slower on verify passes)
   --max-context N           KV cache positions, 1..131072 (default 4096)
   --kv-format F             KV cache element: f16 (half precision, as llama.cpp's default; half the bytes
-                            attention reads) | f32 (keys and values exactly as computed) (default f16)
+                            attention reads) | f32 (keys and values exactly as computed) | q8 (8-bit
+                            integers and a scale per row, about half f16's bytes, for long contexts)
+                            (default f16)
   --compare                 also run plain decoding with the same settings
   --json                    print one JSON object instead of text and a summary
 )";
@@ -128,7 +130,7 @@ Args parse_args(int argc, char** argv) {
     } else if (flag == "--kv-format") {
       const std::string_view f = value();
       const auto kv_format = llama::kv_format_from_string(f);
-      if (!kv_format) throw UsageError("--kv-format expects f16 or f32, got '" + std::string(f) + "'");
+      if (!kv_format) throw UsageError("--kv-format expects f16, f32 or q8, got '" + std::string(f) + "'");
       a.kv_format = *kv_format;
     } else {
       throw UsageError("unknown argument '" + std::string(flag) + "' (see --help)");

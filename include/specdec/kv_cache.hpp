@@ -17,7 +17,8 @@ namespace specdec {
 /// Key and value rows for each layer of a transformer, one row per position, in fixed-capacity
 /// row-major matrices allocated once. Rollback (truncate) only moves lengths: O(layers), no copy.
 /// Scalar is the stored element: float (KvCache), or a compact encoding a model converts itself (the llama
-/// model keeps IEEE half-precision bit patterns, std::uint16_t, to halve the bytes attention reads).
+/// model keeps IEEE half-precision bit patterns, std::uint16_t, to halve the bytes attention reads, or 8-bit
+/// integers, std::int8_t, with row scales it keeps beside the cache).
 /// All layers' keys are one array and all values another, backed by huge pages from 2 MiB up (see
 /// detail/huge_pages.hpp), where each layer was an Eigen matrix of its own in 4 KiB pages: attention reads a
 /// layer's values from memory at every step. The reference model's forwards of one position at context 256

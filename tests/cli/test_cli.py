@@ -58,12 +58,13 @@ for prompt, chat in prompts:
         check(f"greedy {draft} == plain on {prompt[:24]!r}", out["identical"] and out["tokens"] == out["plain"]["tokens"],
               f"{out['tokens']} vs {out['plain']['tokens']}")
 
-# The f32 KV cache (not the default) keeps greedy speculative == plain too, and still finds Paris.
-out = run_json("--prompt", "The capital of France is", "--max-tokens", "24", "--draft", "early-exit:10", "--k", "3",
-               "--kv-format", "f32", "--compare")
-check("--kv-format f32 reaches the model", out["kv_format"] == "f32", str(out.get("kv_format")))
-check("--kv-format f32: greedy early-exit == plain", out["identical"] and out["tokens"] == out["plain"]["tokens"])
-check("--kv-format f32: continues with Paris", "Paris" in out["text"], out["text"])
+# The f32 and q8 KV caches (not the default) keep greedy speculative == plain too, and still find Paris.
+for kv_format in ("f32", "q8"):
+    out = run_json("--prompt", "The capital of France is", "--max-tokens", "24", "--draft", "early-exit:10", "--k", "3",
+                   "--kv-format", kv_format, "--compare")
+    check(f"--kv-format {kv_format} reaches the model", out["kv_format"] == kv_format, str(out.get("kv_format")))
+    check(f"--kv-format {kv_format}: greedy early-exit == plain", out["identical"] and out["tokens"] == out["plain"]["tokens"])
+    check(f"--kv-format {kv_format}: continues with Paris", "Paris" in out["text"], out["text"])
 
 # Adaptive draft length and coupled sampling keep the plain tokens; rejection sampling is reproducible by seed.
 out = run_json("--prompt", "Once upon a time", "--max-tokens", "40", "--adaptive", "--k", "6", "--compare")
@@ -105,7 +106,7 @@ errors = [
     (["--draft", "/nonexistent/draft.gguf"], "/nonexistent/draft.gguf"),
     (["--sampling", "magic"], "--sampling expects rejection or coupled, got 'magic'"),
     (["--format", "int3"], "--format expects f32, bf16, bf16_dot, quantized or quantized_dot, got 'int3'"),
-    (["--kv-format", "q8"], "--kv-format expects f16 or f32, got 'q8'"),
+    (["--kv-format", "q4"], "--kv-format expects f16, f32 or q8, got 'q4'"),
     (["--threads", "0"], "--threads must be in 1..256, got 0"),
     (["--prompt", ""], "--prompt is empty"),
     (["--max-context", "8", "--max-tokens", "16"], "exceeds --max-context 8"),

@@ -592,17 +592,75 @@ TEST_CASE("input quantisation for the dot kernels: the vector path writes the sa
   }
 }
 
+/// A float as the stored element of a cache: itself, half-precision bits, or (std::int8_t) x·40 rounded into
+/// ±127, a row scale of about 1/40 then making it a value of about x.
+template <class T>
+T store_as(float x) {
+  if constexpr (std::is_same_v<T, float>) return x;
+  else if constexpr (std::is_same_v<T, std::uint16_t>) return specdec::gguf::float_to_fp16(x);
+  else return static_cast<std::int8_t>(std::clamp(std::nearbyint(x * 40.0f), -127.0f, 127.0f));
+}
+
+/// Row scales for n stored rows of element T: random near 1/40 for std::int8_t (KvFormat::q8), none otherwise
+/// (every scale 1 for the exact reference).
+template <class T>
+std::vector<float> row_scales(std::size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> near(0.02f, 0.03f);
+  std::vector<float> scales(n, 1.0f);
+  if constexpr (std::is_same_v<T, std::int8_t>)
+    for (auto& x : scales) x = near(rng);
+  return scales;
+}
+
+/// Gives a the row scales of element T (std::int8_t only).
+template <class T>
+void set_scales(specdec::llama::detail::AttentionGroup<T>& a, const std::vector<float>& keys, const std::vector<float>& values) {
+  if constexpr (std::is_same_v<T, std::int8_t>) a.key_scales = keys.data(), a.value_scales = values.data();
+}
+
+TEST_CASE("a q8 cache row: scale max|x|/127, each value within half a scale, ties to even, edge rows defined",
+          "[kernels]") {
+  using specdec::llama::detail::quantize_kv_row;
+  std::int8_t q[64];
+  std::mt19937 rng(21);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (int trial = 0; trial < 200; ++trial) {
+    float x[64];
+    for (float& v : x) v = normal(rng);
+    const float scale = quantize_kv_row(x, 64, q);
+    float amax = 0.0f;
+    for (float v : x) amax = std::max(amax, std::fabs(v));
+    REQUIRE(scale == amax / 127.0f);
+    for (int i = 0; i < 64; ++i) REQUIRE(std::fabs(float(q[i]) * scale - x[i]) <= 0.5f * scale * (1.0f + 1e-5f));
+  }
+  const float ties[] = {127.0f, 2.5f, 3.5f, -2.5f, -0.5f, 0.5f, -127.0f};  // scale 1: halves round to even
+  REQUIRE(quantize_kv_row(ties, 7, q) == 1.0f);
+  const int expected[] = {127, 2, 4, -2, 0, 0, -127};
+  for (int i = 0; i < 7; ++i) REQUIRE(q[i] == expected[i]);
+  const float zeros[4] = {};
+  REQUIRE(quantize_kv_row(zeros, 4, q) == 0.0f);
+  for (int i = 0; i < 4; ++i) REQUIRE(q[i] == 0);
+  const float odd[] = {1.0f, INFINITY, NAN, -2.0f};  // an infinity: infinite scale, zeros; NaN stored as 0
+  REQUIRE(std::isinf(quantize_kv_row(odd, 4, q)));
+  for (int i = 0; i < 4; ++i) REQUIRE(q[i] == 0);
+  const float tiny[] = {1e-38f, 1e-39f, 0.0f, -3e-39f};  // a subnormal scale: each value still within half a step
+  const float tiny_scale = quantize_kv_row(tiny, 4, q);
+  REQUIRE(tiny_scale == 1e-38f / 127.0f);
+  for (int i = 0; i < 4; ++i) REQUIRE(std::fabs(float(q[i]) * tiny_scale - tiny[i]) <= 0.5f * tiny_scale * (1.0f + 1e-5f));
+  const float with_nan[] = {NAN, 63.5f, -127.0f};
+  REQUIRE(quantize_kv_row(with_nan, 3, q) == 1.0f);
+  REQUIRE((q[0] == 0 && q[1] == 64 && q[2] == -127));
+}
+
 TEMPLATE_TEST_CASE("grouped attention: the AVX-512 kernel and the portable path give the same bits, close to exact",
-                   "[kernels]", float, std::uint16_t) {
-  // TestType: the stored keys' and values' element (std::uint16_t: half-precision bits, KvFormat::f16). The
-  // exact result is computed from the stored values, so both element types meet the same tolerance.
+                   "[kernels]", float, std::uint16_t, std::int8_t) {
+  // TestType: the stored keys' and values' element (std::uint16_t: half-precision bits, KvFormat::f16;
+  // std::int8_t: integers with a scale per row, KvFormat::q8). The exact result is computed from the stored
+  // values, so every element type meets the same tolerance.
   using specdec::llama::detail::AttentionGroup;
   using specdec::llama::detail::key_block;
   using specdec::llama::detail::kv_to_float;
-  const auto store = [](float x) {
-    if constexpr (std::is_same_v<TestType, float>) return x;
-    else return specdec::gguf::float_to_fp16(x);
-  };
+  const auto store = store_as<TestType>;
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (std::size_t d : {std::size_t{64}, std::size_t{128}, std::size_t{256}, std::size_t{20}}) {
@@ -616,9 +674,11 @@ TEMPLATE_TEST_CASE("grouped attention: the AVX-512 kernel and the portable path 
         for (auto& x : v) x = store(normal(rng));
         for (std::size_t j = 0; j < keys; ++j)
           for (std::size_t c = 0; c < d; ++c) kt[(j / key_block) * d * key_block + c * key_block + j % key_block] = k[j * d + c];
+        const std::vector<float> key_scales = row_scales<TestType>(stride, rng), value_scales = row_scales<TestType>(keys, rng);
         std::vector<float> fast(heads * d), portable(heads * d), scores(heads * stride);
         AttentionGroup<TestType> a{q.data(), d, heads, kt.data(), v.data(), keys, d, 1.0f / std::sqrt(float(d)),
                          scores.data(), stride, fast.data(), d};
+        set_scales(a, key_scales, value_scales);
         specdec::llama::detail::attend_group(a);
         a.out = portable.data();
         specdec::llama::detail::attend_group(a, /*portable=*/true);
@@ -629,13 +689,13 @@ TEMPLATE_TEST_CASE("grouped attention: the AVX-512 kernel and the portable path 
           for (std::size_t j = 0; j < keys; ++j) {
             double s = 0.0;
             for (std::size_t c = 0; c < d; ++c) s += double(q[h * d + c]) * double(kv_to_float(k[j * d + c]));
-            p[j] = s / std::sqrt(double(d));
+            p[j] = s * key_scales[j] / std::sqrt(double(d));
             max = std::max(max, p[j]);
           }
           for (auto& x : p) sum += (x = std::exp(x - max));
           for (std::size_t c = 0; c < d; ++c) {
             double exact = 0.0;
-            for (std::size_t j = 0; j < keys; ++j) exact += p[j] / sum * double(kv_to_float(v[j * d + c]));
+            for (std::size_t j = 0; j < keys; ++j) exact += p[j] / sum * double(kv_to_float(v[j * d + c])) * value_scales[j];
             REQUIRE(std::abs(fast[h * d + c] - exact) <= 1e-5 * (1.0 + std::abs(exact)));
           }
         }
@@ -645,17 +705,17 @@ TEMPLATE_TEST_CASE("grouped attention: the AVX-512 kernel and the portable path 
 }
 
 TEMPLATE_TEST_CASE("grouped attention over several positions gives each position the bits of its own call",
-                   "[kernels]", float, std::uint16_t) {
+                   "[kernels]", float, std::uint16_t, std::int8_t) {
   // A verify pass attends for several consecutive positions in one call (position p seeing keys + p keys);
   // each row must come out as it does alone, on the vector and the portable path. The transposed keys past
-  // the last one hold NaN, as stale cache entries might: no row may read them.
+  // the last one hold NaN, as stale cache entries might (for std::int8_t, whose integers have no NaN, their
+  // row scales do): no row may use them.
   using specdec::llama::detail::AttentionGroup;
   using specdec::llama::detail::key_block;
-  const auto store = [](float x) {
-    if constexpr (std::is_same_v<TestType, float>) return x;
-    else return specdec::gguf::float_to_fp16(x);
-  };
-  const TestType nan = std::is_same_v<TestType, float> ? TestType(NAN) : TestType(0x7E00);
+  const auto store = store_as<TestType>;
+  const TestType nan = std::is_same_v<TestType, float>      ? TestType(NAN)
+                       : std::is_same_v<TestType, std::int8_t> ? TestType(127)
+                                                               : TestType(0x7E00);
   std::mt19937 rng(12);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (std::size_t d : {std::size_t{64}, std::size_t{20}}) {
@@ -670,16 +730,21 @@ TEMPLATE_TEST_CASE("grouped attention over several positions gives each position
           for (auto& x : v) x = store(normal(rng));
           for (std::size_t j = 0; j < total; ++j)
             for (std::size_t c = 0; c < d; ++c) kt[(j / key_block) * d * key_block + c * key_block + j % key_block] = store(normal(rng));
+          std::vector<float> key_scales = row_scales<TestType>(stride, rng), value_scales = row_scales<TestType>(stride, rng);
+          std::fill(key_scales.begin() + std::ptrdiff_t(total), key_scales.end(), NAN);
+          std::fill(value_scales.begin() + std::ptrdiff_t(total), value_scales.end(), NAN);
           std::vector<float> fast(positions * width), portable(positions * width), alone(positions * width);
           std::vector<float> scores(positions * heads * stride);
           AttentionGroup<TestType> a{q.data(), d, heads, kt.data(), v.data(), keys, d, 1.0f / std::sqrt(float(d)),
                                      scores.data(), stride, fast.data(), d, positions, width, width};
+          set_scales(a, key_scales, value_scales);
           specdec::llama::detail::attend_group(a);
           a.out = portable.data();
           specdec::llama::detail::attend_group(a, /*portable=*/true);
           for (std::size_t p = 0; p < positions; ++p) {
             AttentionGroup<TestType> one{q.data() + p * width, d, heads, kt.data(), v.data(), keys + p, d,
                                          1.0f / std::sqrt(float(d)), scores.data(), stride, alone.data() + p * width, d};
+            set_scales(one, key_scales, value_scales);
             specdec::llama::detail::attend_group(one);
           }
           CAPTURE(d, heads, positions, keys);

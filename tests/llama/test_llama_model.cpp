@@ -158,9 +158,10 @@ std::shared_ptr<const LlamaWeights> tiny_weights(WeightFormat format, const Tiny
 }
 
 /// Naive double-precision forward of a whole sequence from the file's dequantised tensors: [tokens, vocab].
-/// With `half_kv`, keys (after RoPE) and values are rounded to half precision, as KvFormat::f16 stores them.
+/// Keys (after RoPE) and values are rounded as `kv_format` stores them: to half precision for KvFormat::f16, per
+/// kv head's row to 8-bit integers times a scale for KvFormat::q8 (detail::quantize_kv_row), not at all for f32.
 std::vector<std::vector<double>> reference_forward(const specdec::gguf::File& file, const std::vector<Token>& tokens,
-                                                   std::size_t layers, bool half_kv = false) {
+                                                   std::size_t layers, KvFormat kv_format = KvFormat::f32) {
   const LlamaConfig c = LlamaConfig::from_gguf(file);
   auto tensor = [&](const std::string& name) {
     const auto values = specdec::gguf::dequantize(file.tensor(name));
@@ -205,9 +206,17 @@ std::vector<std::vector<double>> reference_forward(const specdec::gguf::File& fi
       const auto h = norm(xs[i], an);
       qs.push_back(matvec(wq, h)), ks.push_back(matvec(wk, h)), vs.push_back(matvec(wv, h));
       rope(qs.back(), i), rope(ks.back(), i);
-      if (half_kv)
+      if (kv_format == KvFormat::f16)
         for (auto* kv : {&ks.back(), &vs.back()})
           for (double& x : *kv) x = specdec::gguf::fp16_to_float(specdec::gguf::float_to_fp16(float(x)));
+      if (kv_format == KvFormat::q8)
+        for (auto* kv : {&ks.back(), &vs.back()})
+          for (std::size_t g = 0; g < c.kv_heads; ++g) {
+            std::vector<float> row(kv->begin() + std::ptrdiff_t(g * c.head_dim), kv->begin() + std::ptrdiff_t((g + 1) * c.head_dim));
+            std::vector<std::int8_t> q(c.head_dim);
+            const float scale = specdec::llama::detail::quantize_kv_row(row.data(), c.head_dim, q.data());
+            for (std::size_t d = 0; d < c.head_dim; ++d) (*kv)[g * c.head_dim + d] = double(q[d]) * double(scale);
+          }
     }
     for (std::size_t i = 0; i < xs.size(); ++i) {
       std::vector<double> concat(c.heads * c.head_dim, 0.0);
@@ -304,8 +313,8 @@ TEST_CASE("the forward pass matches a naive double-precision llama on a tiny ran
     const auto bytes = tiny_llama(separate_output(separate));
     const auto file = specdec::gguf::File::from_bytes(bytes);
     const auto tokens = random_tokens(12, 96, 1);
-    for (auto kv_format : {KvFormat::f32, KvFormat::f16}) {
-      const auto expected = reference_forward(file, tokens, 2, kv_format == KvFormat::f16);
+    for (auto kv_format : {KvFormat::f32, KvFormat::f16, KvFormat::q8}) {
+      const auto expected = reference_forward(file, tokens, 2, kv_format);
       for (auto format : all_formats) {
         CAPTURE(to_string(format), to_string(kv_format));
         LlamaModel model(LlamaWeights::load(file, format), 64, std::make_shared<ThreadPool>(2), kv_format);
@@ -328,6 +337,13 @@ TEST_CASE("the forward pass matches a naive double-precision llama on a tiny ran
           tolerance *= scale;
           if (format == WeightFormat::bf16 || format == WeightFormat::bf16_dot) tolerance = 5e-2 * scale;
           if (format == WeightFormat::quantized_dot) tolerance = 1e-1 * scale;
+          // The q8 cache rounds each key and value row to steps of max|x| / 127: with the exact weight formats
+          // (f32, quantized) the model and the reference round the same rows (measured: within 0.03 of the
+          // tolerances above); with rounded weights and activations the rows differ before the rounding, which
+          // then compounds (measured: up to 3.1x those formats' tolerances on this toy model's random weights).
+          if (kv_format == KvFormat::q8 && (format == WeightFormat::bf16 || format == WeightFormat::bf16_dot ||
+                                            format == WeightFormat::quantized_dot))
+            tolerance *= 4;
           for (std::size_t v = 0; v < 96; ++v) REQUIRE(std::abs(logits(i, v) - expected[i][v]) <= tolerance);
         }
       }
@@ -348,7 +364,7 @@ TEST_CASE("an early-exit draft runs the target's first layers with the target's 
     for (std::size_t v = 0; v < 96; ++v) REQUIRE(std::abs(logits(i, v) - expected[i][v]) <= 2e-4);
   REQUIRE(target.context_size() == 0);
 
-  for (auto kv_format : {KvFormat::f32, KvFormat::f16}) {  // a draft keeps its target's KV format
+  for (auto kv_format : {KvFormat::f32, KvFormat::f16, KvFormat::q8}) {  // a draft keeps its target's KV format
     LlamaModel model(target.weights(), 32, nullptr, kv_format);
     EarlyExitDraft full(model, 2);
     const auto& draft_logits = full.forward(tokens);
@@ -364,7 +380,7 @@ TEST_CASE("a position's logits are bit-identical alone or in a batch, for every 
   REQUIRE(LlamaModel(tiny_weights(WeightFormat::f32), 8, nullptr).kv_format() == KvFormat::f16);  // the default
   for (auto format : all_formats) {
     const auto weights = tiny_weights(format);
-    for (auto kv_format : {KvFormat::f32, KvFormat::f16}) {
+    for (auto kv_format : {KvFormat::f32, KvFormat::f16, KvFormat::q8}) {
       std::vector<float> one_thread;  // and the same bits on every thread count (how a forward is split)
       for (std::size_t threads : {1, 2, 3}) {
         CAPTURE(to_string(format), threads, to_string(kv_format));
@@ -641,10 +657,11 @@ TEST_CASE("SmolLM2 logits are bit-identical alone or in a batch, for every forma
       CAPTURE(to_string(format), threads);
       LlamaModel model(weights, 32, std::make_shared<ThreadPool>(threads));  // the default f16 cache
       require_batch_invariant(model, tokens);
-      if (format == WeightFormat::quantized_dot) {
-        LlamaModel f32_cache(weights, 32, std::make_shared<ThreadPool>(threads), KvFormat::f32);
-        require_batch_invariant(f32_cache, tokens);
-      }
+      if (format == WeightFormat::quantized_dot)
+        for (auto kv_format : {KvFormat::f32, KvFormat::q8}) {
+          LlamaModel other_cache(weights, 32, std::make_shared<ThreadPool>(threads), kv_format);
+          require_batch_invariant(other_cache, tokens);
+        }
     }
   }
 }

@@ -52,15 +52,23 @@ namespace specdec::llama {
 
 /// How the KV cache stores keys and values. f16 (IEEE half precision, rounded to nearest even, as llama.cpp's
 /// default cache) halves the bytes attention reads per token and the cache's memory; a key or value beyond
-/// ±65504 becomes ±inf there (as in llama.cpp), where f32 keeps them exactly as computed. Either way a
-/// position's logits do not depend on batching or threads.
-enum class KvFormat { f32, f16 };
+/// ±65504 becomes ±inf there (as in llama.cpp), where f32 keeps them exactly as computed. q8 stores each
+/// position's key row and value row of each kv head as 8-bit integers and a float scale each
+/// (detail::quantize_kv_row: max |x| / 127, rounded to nearest, ties to even; like llama.cpp's q8_0 cache, but
+/// one block per row, a float scale and ties to even): about half the bytes of f16 (68 against 128 a row at
+/// head_dim 64), for long contexts, where attention reads more than the weights; each value within half its
+/// row's scale. Every format keeps a position's logits
+/// independent of batching and threads.
+enum class KvFormat { f32, f16, q8 };
 
-inline const char* to_string(KvFormat format) { return format == KvFormat::f16 ? "f16" : "f32"; }
-/// The KvFormat named "f16" or "f32", or nullopt for any other name.
+inline const char* to_string(KvFormat format) {
+  return format == KvFormat::f16 ? "f16" : format == KvFormat::q8 ? "q8" : "f32";
+}
+/// The KvFormat named "f16", "f32" or "q8", or nullopt for any other name.
 inline std::optional<KvFormat> kv_format_from_string(std::string_view name) {
   if (name == "f16") return KvFormat::f16;
   if (name == "f32") return KvFormat::f32;
+  if (name == "q8") return KvFormat::q8;
   return std::nullopt;
 }
 
@@ -136,6 +144,10 @@ class Transformer {
       kv = Cache(layers * c.kv_heads, max_context, c.head_dim);
       keys_t.assign(layers * c.kv_heads * blocks_ * key_block * c.head_dim, 0);
     });
+    if (kv_format_ == KvFormat::q8) {  // a scale per position, in rows of whole blocks (the kernels read 16)
+      key_scales_.assign(layers * c.kv_heads * blocks_ * key_block, 0.0f);
+      value_scales_.assign(key_scales_.size(), 0.0f);
+    }
     // RoPE table: θ_j = pos·base^(−2j/rope_dims), computed in double once.
     const std::size_t pairs = c.rope_dims / 2;
     rope_.resize(max_context * pairs * 2);
@@ -155,7 +167,9 @@ class Transformer {
   }
 
   const LlamaConfig& config() const { return weights_->config(); }
-  std::size_t context_size() const { return kv_format_ == KvFormat::f16 ? kv16_.size() : kv32_.size(); }
+  std::size_t context_size() const {
+    return kv_format_ == KvFormat::f16 ? kv16_.size() : kv_format_ == KvFormat::q8 ? kv8_.size() : kv32_.size();
+  }
   std::size_t max_context() const { return max_context_; }
   std::size_t layers() const { return layers_; }
   KvFormat kv_format() const { return kv_format_; }
@@ -397,6 +411,8 @@ class Transformer {
   void with_kv(F&& f) {
     if (kv_format_ == KvFormat::f16)
       f(kv16_, keys_t16_);
+    else if (kv_format_ == KvFormat::q8)
+      f(kv8_, keys_t8_);
     else
       f(kv32_, keys_t32_);
   }
@@ -566,11 +582,17 @@ class Transformer {
       const float* v = &v_[i * kw + g * d];
       const std::size_t pos = start + i;
       T* column = blocks + (pos / key_block) * d * key_block + pos % key_block;
-      for (std::size_t j = 0; j < d; ++j) {
-        const T key = to_kv(k[j], T{});
-        keys[i * d + j] = key;
-        column[j * key_block] = key;
-        values[i * d + j] = to_kv(v[j], T{});
+      if constexpr (std::is_same_v<T, std::int8_t>) {  // the rows quantised, their scales beside
+        key_scales_[cache_layer * score_stride_ + pos] = quantize_kv_row(k, d, &keys[i * d]);
+        value_scales_[cache_layer * score_stride_ + pos] = quantize_kv_row(v, d, &values[i * d]);
+        for (std::size_t j = 0; j < d; ++j) column[j * key_block] = keys[i * d + j];
+      } else {
+        for (std::size_t j = 0; j < d; ++j) {
+          const T key = to_kv(k[j], T{});
+          keys[i * d + j] = key;
+          column[j * key_block] = key;
+          values[i * d + j] = to_kv(v[j], T{});
+        }
       }
     }
   }
@@ -621,6 +643,10 @@ class Transformer {
     a.positions = std::min(span, n - i0);
     a.q_position_stride = qw;
     a.out_position_stride = qw;
+    if constexpr (std::is_same_v<T, std::int8_t>) {
+      a.key_scales = &key_scales_[cache_layer * score_stride_];
+      a.value_scales = &value_scales_[cache_layer * score_stride_];
+    }
     attend_group(a);
     if (attention_quantizes()) {  // this task's blocks of the output projection's inputs
       const std::size_t blocks = group * d / quant_block;
@@ -644,14 +670,18 @@ class Transformer {
   std::size_t layers_;
   std::size_t max_context_;
   KvFormat kv_format_;
-  // The cache of kv_format_ (the other stays empty). Layer l, kv head g at cache layer l·kv_heads + g:
-  // [max_context, head_dim]; f16 holds half-precision bit patterns.
+  // The cache of kv_format_ (the others stay empty). Layer l, kv head g at cache layer l·kv_heads + g:
+  // [max_context, head_dim]; f16 holds half-precision bit patterns, q8 integers of rows scaled by the scales below.
   KvCache kv32_;
   BasicKvCache<std::uint16_t> kv16_;
+  BasicKvCache<std::int8_t> kv8_;
   std::size_t blocks_ = 0;     // blocks of key_block positions that max_context needs
   // Per cache layer: [blocks][head_dim][key_block], the keys (after RoPE) again, in the cache's element.
   KeyBlocks<float> keys_t32_;
   KeyBlocks<std::uint16_t> keys_t16_;
+  KeyBlocks<std::int8_t> keys_t8_;
+  // q8 only: per cache layer [blocks·key_block], each position's key and value row scale.
+  std::vector<float> key_scales_, value_scales_;
   std::vector<float> rope_;    // [max_context, rope_dims / 2, (cos, sin)]
   std::size_t score_stride_ = 0;  // blocks_·key_block
   std::vector<float> scores_;  // [threads, group, score_stride]: attention scratch per thread
