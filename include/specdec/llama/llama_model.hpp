@@ -57,8 +57,7 @@ namespace specdec::llama {
 /// (detail::quantize_kv_row: max |x| / 127, rounded to nearest, ties to even; like llama.cpp's q8_0 cache, but
 /// one block per row, a float scale and ties to even): about half the bytes of f16 (68 against 128 a row at
 /// head_dim 64), for long contexts, where attention reads more than the weights; each value within half its
-/// row's scale. Every format keeps a position's logits
-/// independent of batching and threads.
+/// row's scale. Every format keeps a position's logits independent of batching and threads.
 enum class KvFormat { f32, f16, q8 };
 
 inline const char* to_string(KvFormat format) {
@@ -305,8 +304,8 @@ class Transformer {
   /// where they do not, 3 rounds); f32 and quantized at 9: 0.990x and 1.000x.
   void run_blocks_together(std::size_t start, std::size_t n, ThreadPool& pool, StageClock& clock) {
     const LlamaConfig& c = config();
-    const std::size_t e = c.embedding, qw = c.heads * c.head_dim, kw = c.kv_heads * c.head_dim, d = c.head_dim;
-    const std::size_t threads = pool.threads(), group = c.heads / c.kv_heads;
+    const std::size_t e = c.embedding, qw = c.heads * c.head_dim, kw = c.kv_heads * c.head_dim;
+    const std::size_t threads = pool.threads();
     const std::size_t span = attention_span(), runs = (n + span - 1) / span;
     const bool per_head = runs == 1;  // each attention task applies RoPE and stores its own kv head
     StepBarrier barrier(threads);
@@ -348,11 +347,7 @@ class Transformer {
           mark(products);
           with_kv([&](auto& kv, auto& keys_t) {
             if (!per_head) {  // a run's keys are read by the later runs' tasks too: all stored before any task
-              for (std::size_t g = t; g < c.kv_heads; g += threads) {
-                rope(&q_[g * group * d], qw, group, start, n);
-                rope(&k_[g * d], kw, 1, start, n);
-                store_kv_head(kv, keys_t, l, g, start, n);
-              }
+              for (std::size_t g = t; g < c.kv_heads; g += threads) rope_and_store_head(kv, keys_t, l, g, start, n);
               barrier.wait(t);
               mark(other);
             }
@@ -567,6 +562,16 @@ class Transformer {
   void store_kv(Cache& kv, KeyBlocks<T>& keys_t, std::size_t layer, std::size_t start, std::size_t n) {
     for (std::size_t g = 0; g < config().kv_heads; ++g) store_kv_head(kv, keys_t, layer, g, start, n);
   }
+  /// RoPE on kv head g's query heads and key at the n new positions, then its part of store_kv.
+  template <class Cache, class T>
+  void rope_and_store_head(Cache& kv, KeyBlocks<T>& keys_t, std::size_t layer, std::size_t g, std::size_t start,
+                           std::size_t n) {
+    const LlamaConfig& c = config();
+    const std::size_t d = c.head_dim, group = c.heads / c.kv_heads;
+    rope(&q_[g * group * d], c.heads * d, group, start, n);
+    rope(&k_[g * d], c.kv_heads * d, 1, start, n);
+    store_kv_head(kv, keys_t, layer, g, start, n);
+  }
   /// kv head g's part of store_kv.
   template <class Cache, class T>
   void store_kv_head(Cache& kv, KeyBlocks<T>& keys_t, std::size_t layer, std::size_t g, std::size_t start,
@@ -582,7 +587,7 @@ class Transformer {
       const float* v = &v_[i * kw + g * d];
       const std::size_t pos = start + i;
       T* column = blocks + (pos / key_block) * d * key_block + pos % key_block;
-      if constexpr (std::is_same_v<T, std::int8_t>) {  // the rows quantised, their scales beside
+      if constexpr (AttentionGroup<T>::scaled) {  // the rows quantised, their scales beside
         key_scales_[cache_layer * score_stride_ + pos] = quantize_kv_row(k, d, &keys[i * d]);
         value_scales_[cache_layer * score_stride_ + pos] = quantize_kv_row(v, d, &values[i * d]);
         for (std::size_t j = 0; j < d; ++j) column[j * key_block] = keys[i * d + j];
@@ -623,9 +628,7 @@ class Transformer {
     const std::size_t i0 = task / c.kv_heads * span, g = task % c.kv_heads, cache_layer = layer * c.kv_heads + g;
     if (per_head) {  // one run: this task is the only one of kv head g
       prefetch_kv_head(kv, keys_t, layer, g, start, n);
-      rope(&q_[g * group * d], qw, group, start, n);
-      rope(&k_[g * d], c.kv_heads * d, 1, start, n);
-      store_kv_head(kv, keys_t, layer, g, start, n);
+      rope_and_store_head(kv, keys_t, layer, g, start, n);
     }
     AttentionGroup<T> a;
     a.q = &q_[i0 * qw + g * group * d];
@@ -643,7 +646,7 @@ class Transformer {
     a.positions = std::min(span, n - i0);
     a.q_position_stride = qw;
     a.out_position_stride = qw;
-    if constexpr (std::is_same_v<T, std::int8_t>) {
+    if constexpr (AttentionGroup<T>::scaled) {
       a.key_scales = &key_scales_[cache_layer * score_stride_];
       a.value_scales = &value_scales_[cache_layer * score_stride_];
     }
