@@ -93,15 +93,18 @@ struct TinyOptions {
   std::string skip;              // a tensor name to leave out
   std::string bad_shape;         // a tensor name to write with a wrong shape
   std::vector<std::pair<std::string, std::uint64_t>> metadata = {};  // llama.* values written instead of the defaults
+  std::uint32_t head_dim = 16;  // 64 (written as llama.attention.key_length) takes attention's vector kernels
 };
 
 TinyOptions separate_output(bool separate) { return TinyOptions{separate, "", ""}; }
 TinyOptions skipping(std::string name) { return TinyOptions{false, std::move(name), ""}; }
 TinyOptions misshaping(std::string name) { return TinyOptions{false, "", std::move(name)}; }
 
-/// A random llama with SmolLM2's structure at toy size: 2 layers, 4 query heads over 2 kv heads of 16 dims.
+/// A random llama with SmolLM2's structure at toy size: 2 layers, 4 query heads over 2 kv heads of 16 dims
+/// (options.head_dim: of 64 dims, as SmolLM2's, where attention runs its vector kernels; 16 takes the portable
+/// path).
 std::vector<std::byte> tiny_llama(const TinyOptions& options = {}) {
-  const std::uint32_t vocab = 96, e = 64, layers = 2, heads = 4, kv_heads = 2, head_dim = 16, ffn = 96;
+  const std::uint32_t vocab = 96, e = 64, layers = 2, heads = 4, kv_heads = 2, head_dim = options.head_dim, ffn = 96;
   std::mt19937 rng(42);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   GgufWriter w;
@@ -120,6 +123,7 @@ std::vector<std::byte> tiny_llama(const TinyOptions& options = {}) {
   meta("llama.rope.dimension_count", head_dim);
   for (const auto& [k, v] : options.metadata)
     if (k == "llama.attention.key_length") w.add_uint64(k, v);
+  if (head_dim != e / heads) w.add_uint32("llama.attention.key_length", head_dim);
   w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
   w.add_float32("llama.rope.freq_base", 10000.0f);
   meta("llama.vocab_size", vocab);
@@ -150,6 +154,12 @@ std::vector<std::byte> tiny_llama(const TinyOptions& options = {}) {
   add("output_norm.weight", {e}, TT::F32, 0.1f);
   if (options.separate_output) add("output.weight", {e, vocab}, TT::F32, 0.2f);
   return w.finish();
+}
+
+TinyOptions wide_heads() {
+  TinyOptions options;
+  options.head_dim = 64;
+  return options;
 }
 
 std::shared_ptr<const LlamaWeights> tiny_weights(WeightFormat format, const TinyOptions& options = {}) {
@@ -308,9 +318,10 @@ TEST_CASE("the config comes from the llama.* metadata keys", "[llama]") {
 }
 
 TEST_CASE("the forward pass matches a naive double-precision llama on a tiny random model", "[llama]") {
-  for (bool separate : {false, true}) {
-    CAPTURE(separate);
-    const auto bytes = tiny_llama(separate_output(separate));
+  for (int variant = 0; variant < 3; ++variant) {
+    const bool separate = variant == 1, wide = variant == 2;  // wide: heads of 64 dims (attention's vector path)
+    CAPTURE(separate, wide);
+    const auto bytes = tiny_llama(wide ? wide_heads() : separate_output(separate));
     const auto file = specdec::gguf::File::from_bytes(bytes);
     const auto tokens = random_tokens(12, 96, 1);
     for (auto kv_format : {KvFormat::f32, KvFormat::f16, KvFormat::q8}) {
@@ -379,17 +390,19 @@ TEST_CASE("a position's logits are bit-identical alone or in a batch, for every 
   const auto tokens = random_tokens(16, 96, 3);
   REQUIRE(LlamaModel(tiny_weights(WeightFormat::f32), 8, nullptr).kv_format() == KvFormat::f16);  // the default
   for (auto format : all_formats) {
-    const auto weights = tiny_weights(format);
-    for (auto kv_format : {KvFormat::f32, KvFormat::f16, KvFormat::q8}) {
-      std::vector<float> one_thread;  // and the same bits on every thread count (how a forward is split)
-      for (std::size_t threads : {1, 2, 3}) {
-        CAPTURE(to_string(format), threads, to_string(kv_format));
-        LlamaModel model(weights, 64, std::make_shared<ThreadPool>(threads), kv_format);
-        const std::vector<float> single = require_batch_invariant(model, tokens);
-        if (threads == 1) one_thread = single;
-        REQUIRE(std::memcmp(single.data(), one_thread.data(), single.size() * sizeof(float)) == 0);
-        EarlyExitDraft draft(model, 1);
-        require_batch_invariant(draft, tokens);
+    for (bool wide : {false, true}) {  // wide: heads of 64 dims (attention's vector path)
+      const auto weights = tiny_weights(format, wide ? wide_heads() : TinyOptions{});
+      for (auto kv_format : {KvFormat::f32, KvFormat::f16, KvFormat::q8}) {
+        std::vector<float> one_thread;  // and the same bits on every thread count (how a forward is split)
+        for (std::size_t threads : {1, 2, 3}) {
+          CAPTURE(to_string(format), wide, threads, to_string(kv_format));
+          LlamaModel model(weights, 64, std::make_shared<ThreadPool>(threads), kv_format);
+          const std::vector<float> single = require_batch_invariant(model, tokens);
+          if (threads == 1) one_thread = single;
+          REQUIRE(std::memcmp(single.data(), one_thread.data(), single.size() * sizeof(float)) == 0);
+          EarlyExitDraft draft(model, 1);
+          require_batch_invariant(draft, tokens);
+        }
       }
     }
   }
