@@ -24,10 +24,13 @@
 // BM_BlockProducts_{streamed,cached}/<n>: the transformer blocks' weight products alone (quantized_dot, the four
 // matmul calls of each layer in the forward's order, W_o and W_down adding into their outputs as the residual
 // does, random inputs quantised once beforehand, as the forward's norms, attention and SwiGLU hand them over), n
-// positions: `streamed` over the 30 layers' weights as a forward reads them, `cached`
-// over layer 0's weights 30 times (2.2 MB, held in L2 and L3). The difference is what fetching the weights from
-// memory instead adds; weight_bytes counts the bytes passed through the kernel (30 layers' worth for both);
-// vnni_fraction is the rate of the products' multiply-adds against BM_VnniPeak (one vpdpbusd per 64).
+// positions: `streamed` over the 30 layers' weights as a forward reads them, `cached` over layer 0's weights 30
+// times (2.2 MB in quantized_dot and quantized, held in L2 and L3; 7.1 MB in bf16 and bf16_dot and 14.2 MB in
+// f32, held in L3). The difference is what fetching the weights from memory instead adds; weight_bytes counts
+// the bytes passed through the kernel (30 layers' worth for both); vnni_fraction is the rate of the products' vpdpbusd against BM_VnniPeak (one per
+// 64 multiply-adds and input digit), fma_fraction (f32, bf16) that of their FMAs against BM_FmaPeak.
+// BM_BlockProducts_{streamed,cached}_<format>/<n>: the same for the other formats (the float formats' inputs
+// interleaved by each thread, as in the forward).
 // On a shared machine run with --benchmark_repetitions=5.
 #include <benchmark/benchmark.h>
 
@@ -128,15 +131,21 @@ double round_trip_ns() {
 }
 
 /// Instructions per second with every thread of the pool running `kernel(loops)`, which issues 12 independent
-/// instructions a loop from registers, for about 50 ms, best of 3.
+/// instructions a loop from registers, for about 50 ms, best of 3. The threads start together (a StepBarrier
+/// step first): with a plain parallel_for, a worker that joined late left its task to the caller, which ran both
+/// one after the other, and the peak read half (7.2 instead of 14.0 FMAs per ns on 2 threads, 2026-12-03).
 template <class Kernel>
 double issue_rate(Kernel kernel) {
   auto& pool = *shared_pool();
   constexpr long loops = 15'000'000;
   double best = 0.0;
   for (int rep = 0; rep < 3; ++rep) {
+    specdec::llama::StepBarrier together(pool.threads());
     const auto start = std::chrono::steady_clock::now();
-    pool.parallel_for(pool.threads(), [&](std::size_t, std::size_t) { kernel(loops); });
+    pool.run_together([&](std::size_t task, std::size_t) {
+      together.wait(task);
+      kernel(loops);
+    });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     best = std::max(best, double(loops) * 12 * double(pool.threads()) / seconds);
   }
@@ -283,11 +292,11 @@ void BM_LlamaForward_bf16_dot(benchmark::State& state) { forward(state, WeightFo
 void BM_LlamaForward_quantized(benchmark::State& state) { forward(state, WeightFormat::quantized); }
 void BM_LlamaForward_quantized_dot(benchmark::State& state) { forward(state, WeightFormat::quantized_dot); }
 
-/// The blocks' weight products of one forward of n positions, alone: layer l's weights for every l
+/// The blocks' weight products of one forward of n positions in `format`, alone: layer l's weights for every l
 /// (`streamed`) or layer 0's thirty times (`cached`). See the file comment.
-void block_products(benchmark::State& state, bool streamed) {
+void block_products(benchmark::State& state, WeightFormat format, bool streamed) {
   using specdec::llama::MatmulOutput;
-  const auto& weights = *model(WeightFormat::quantized_dot).weights();
+  const auto& weights = *model(format).weights();
   const auto& c = weights.config();
   const std::size_t n = static_cast<std::size_t>(state.range(0)), e = c.embedding, ffn = c.ffn;
   const std::size_t qw = c.heads * c.head_dim, kw = c.kv_heads * c.head_dim;
@@ -299,6 +308,7 @@ void block_products(benchmark::State& state, bool streamed) {
   const int digits = specdec::llama::quantized_input_digits(weights.format());
   std::vector<std::byte> bytes_e, bytes_qw, bytes_ffn;
   const auto inputs = [&](std::vector<std::byte>& bytes, std::size_t width) {
+    if (digits == 0) return specdec::llama::QuantizedInputs{};  // float formats: each thread interleaves x itself
     bytes.resize(n * (width / 32) * specdec::llama::detail::entry_bytes(digits));
     specdec::llama::detail::quantize_inputs(digits, x.data(), width, n, width, bytes.data());
     return specdec::llama::QuantizedInputs{bytes.data(), digits};
@@ -329,14 +339,25 @@ void block_products(benchmark::State& state, bool streamed) {
   state.counters["bandwidth_GB/s"] = bandwidth / 1e9;
   if (streamed)
     state.counters["floor_fraction"] = benchmark::Counter(bytes / bandwidth, benchmark::Counter::kIsIterationInvariantRate);
-  if (vnni_peak() > 0)
-    state.counters["vnni_fraction"] =
-        benchmark::Counter(macs * double(n) / 64 / vnni_peak(), benchmark::Counter::kIsIterationInvariantRate);
+  if (digits > 0 && vnni_peak() > 0)  // one vpdpbusd per 64 multiply-adds and input digit
+    state.counters["vnni_fraction"] = benchmark::Counter(macs * double(n) * digits / 64 / vnni_peak(),
+                                                         benchmark::Counter::kIsIterationInvariantRate);
+  if ((format == WeightFormat::f32 || format == WeightFormat::bf16) && fma_peak() > 0)
+    state.counters["fma_fraction"] = benchmark::Counter(macs * double(n) / fma_lanes / fma_peak(),
+                                                        benchmark::Counter::kIsIterationInvariantRate);
   state.counters["threads"] = double(threads());
 }
 
-void BM_BlockProducts_streamed(benchmark::State& state) { block_products(state, true); }
-void BM_BlockProducts_cached(benchmark::State& state) { block_products(state, false); }
+void BM_BlockProducts_streamed(benchmark::State& state) { block_products(state, WeightFormat::quantized_dot, true); }
+void BM_BlockProducts_cached(benchmark::State& state) { block_products(state, WeightFormat::quantized_dot, false); }
+void BM_BlockProducts_streamed_f32(benchmark::State& state) { block_products(state, WeightFormat::f32, true); }
+void BM_BlockProducts_cached_f32(benchmark::State& state) { block_products(state, WeightFormat::f32, false); }
+void BM_BlockProducts_streamed_bf16(benchmark::State& state) { block_products(state, WeightFormat::bf16, true); }
+void BM_BlockProducts_cached_bf16(benchmark::State& state) { block_products(state, WeightFormat::bf16, false); }
+void BM_BlockProducts_streamed_bf16_dot(benchmark::State& state) { block_products(state, WeightFormat::bf16_dot, true); }
+void BM_BlockProducts_cached_bf16_dot(benchmark::State& state) { block_products(state, WeightFormat::bf16_dot, false); }
+void BM_BlockProducts_streamed_quantized(benchmark::State& state) { block_products(state, WeightFormat::quantized, true); }
+void BM_BlockProducts_cached_quantized(benchmark::State& state) { block_products(state, WeightFormat::quantized, false); }
 
 /// Reports peak_fn() (instructions per second) as `counter` per ns, or skips with `missing` where it is 0.
 void report_peak(benchmark::State& state, double (*peak_fn)(), const char* counter, const char* missing) {
@@ -377,6 +398,14 @@ BENCHMARK(BM_FmaPeak)->Iterations(1)->Repetitions(1);
 BENCHMARK(BM_VnniPeak)->Iterations(1)->Repetitions(1);
 BENCHMARK(BM_BlockProducts_streamed)->Apply(positions);
 BENCHMARK(BM_BlockProducts_cached)->Apply(positions);
+BENCHMARK(BM_BlockProducts_streamed_f32)->Apply(positions);
+BENCHMARK(BM_BlockProducts_cached_f32)->Apply(positions);
+BENCHMARK(BM_BlockProducts_streamed_bf16)->Apply(positions);
+BENCHMARK(BM_BlockProducts_cached_bf16)->Apply(positions);
+BENCHMARK(BM_BlockProducts_streamed_bf16_dot)->Apply(positions);
+BENCHMARK(BM_BlockProducts_cached_bf16_dot)->Apply(positions);
+BENCHMARK(BM_BlockProducts_streamed_quantized)->Apply(positions);
+BENCHMARK(BM_BlockProducts_cached_quantized)->Apply(positions);
 BENCHMARK(BM_LlamaForward_f32)->Apply(positions);
 BENCHMARK(BM_LlamaForward_bf16)->Apply(positions);
 BENCHMARK(BM_LlamaForward_bf16_dot)->Apply(positions);
