@@ -13,8 +13,8 @@
 // (the KV cache's bytes that attention reads at least once: every row of the context and the new positions, in
 // every layer), memory_fraction (floor_fraction with kv_bytes added to the weight bytes), and for f32
 // and bf16 fma_fraction (n·weights multiply-adds / time, against the BM_FmaPeak rate measured once at
-// start-up; 1 = that rate, one 16-lane FMA per cycle per core on Zen 4; 8-lane FMAs on CPUs without
-// AVX-512). The shared machine's memory bandwidth drifts by 2x over minutes, so a floor measured once for the
+// start-up; 1 = that rate, two 16-lane FMAs per cycle per core on the Zen 5 of 2026-12-03; 8-lane FMAs on CPUs
+// without AVX-512). The shared machine's memory bandwidth drifts by 2x over minutes, so a floor measured once for the
 // whole run says little about a benchmark run minutes later.
 // With 2 or more threads, round_trip_ns: a cache line's round trip between two threads, before and after, their
 // mean (see round_trip_ns below: it tells which placement of the two vCPUs a benchmark ran in).
@@ -27,8 +27,9 @@
 // positions: `streamed` over the 30 layers' weights as a forward reads them, `cached` over layer 0's weights 30
 // times (2.2 MB in quantized_dot and quantized, held in L2 and L3; 7.1 MB in bf16 and bf16_dot and 14.2 MB in
 // f32, held in L3). The difference is what fetching the weights from memory instead adds; weight_bytes counts
-// the bytes passed through the kernel (30 layers' worth for both); vnni_fraction is the rate of the products' vpdpbusd against BM_VnniPeak (one per
-// 64 multiply-adds and input digit), fma_fraction (f32, bf16) that of their FMAs against BM_FmaPeak.
+// the bytes passed through the kernel (30 layers' worth for both); vnni_fraction is the rate of the products'
+// vpdpbusd against BM_VnniPeak (one per 64 multiply-adds and input digit), fma_fraction (f32, bf16) that of
+// their FMAs against BM_FmaPeak.
 // BM_BlockProducts_{streamed,cached}_<format>/<n>: the same for the other formats (the float formats' inputs
 // interleaved by each thread, as in the forward).
 // On a shared machine run with --benchmark_repetitions=5.
@@ -131,9 +132,10 @@ double round_trip_ns() {
 }
 
 /// Instructions per second with every thread of the pool running `kernel(loops)`, which issues 12 independent
-/// instructions a loop from registers, for about 50 ms, best of 3. The threads start together (a StepBarrier
-/// step first): with a plain parallel_for, a worker that joined late left its task to the caller, which ran both
-/// one after the other, and the peak read half (7.2 instead of 14.0 FMAs per ns on 2 threads, 2026-12-03).
+/// instructions a loop from registers, 15 million loops (26 ms at two a cycle and 3.5 GHz), best of 3. The
+/// threads start together (a StepBarrier step first): with a plain parallel_for, a worker that joined late left
+/// its task to the caller, which ran both one after the other, and the peak read half (7.2 instead of 14.0 FMAs
+/// per ns on 2 threads, 2026-12-03).
 template <class Kernel>
 double issue_rate(Kernel kernel) {
   auto& pool = *shared_pool();

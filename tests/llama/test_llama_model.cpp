@@ -319,11 +319,12 @@ TEST_CASE("the config comes from the llama.* metadata keys", "[llama]") {
 
 TEST_CASE("the forward pass matches a naive double-precision llama on a tiny random model", "[llama]") {
   for (int variant = 0; variant < 3; ++variant) {
-    const bool separate = variant == 1, wide = variant == 2;  // wide: heads of 64 dims (attention's vector path)
+    // wide: heads of 64 dims (attention's vector path), over 40 positions: three blocks of 16 keys
+    const bool separate = variant == 1, wide = variant == 2;
     CAPTURE(separate, wide);
     const auto bytes = tiny_llama(wide ? wide_heads() : separate_output(separate));
     const auto file = specdec::gguf::File::from_bytes(bytes);
-    const auto tokens = random_tokens(12, 96, 1);
+    const auto tokens = random_tokens(wide ? 40 : 12, 96, 1);
     for (auto kv_format : {KvFormat::f32, KvFormat::f16, KvFormat::q8}) {
       const auto expected = reference_forward(file, tokens, 2, kv_format);
       for (auto format : all_formats) {
@@ -332,7 +333,7 @@ TEST_CASE("the forward pass matches a naive double-precision llama on a tiny ran
         REQUIRE(model.kv_format() == kv_format);
         REQUIRE(model.weights()->tied() == !separate);
         const auto& logits = model.forward(tokens);
-        REQUIRE(logits.rows() == 12);
+        REQUIRE(logits.rows() == tokens.size());
         REQUIRE(logits.cols() == 96);
         for (std::size_t i = 0; i < tokens.size(); ++i) {
           // f32 and quantized hold the file's values exactly (quantized takes its inputs to 24 bits); bf16
@@ -355,6 +356,11 @@ TEST_CASE("the forward pass matches a naive double-precision llama on a tiny ran
           if (kv_format == KvFormat::q8 && (format == WeightFormat::bf16 || format == WeightFormat::bf16_dot ||
                                             format == WeightFormat::quantized_dot))
             tolerance *= 4;
+          // With heads of 64 dims over 40 positions the products are 4x wider and the sequence longer: the
+          // rounded formats and the f16 cache's rounding from double reach 1.19x the tolerances above (measured:
+          // bf16_dot 1.18x, f32 with the f16 cache 1.19x, quantized_dot 1.08x; f32 and quantized with the f32 and
+          // q8 caches 0.01-0.21x, the q8 cache with rounded formats 0.48-0.53x of its 4x).
+          if (wide && kv_format != KvFormat::q8) tolerance *= 2;
           for (std::size_t v = 0; v < 96; ++v) REQUIRE(std::abs(logits(i, v) - expected[i][v]) <= tolerance);
         }
       }
@@ -387,10 +393,10 @@ TEST_CASE("an early-exit draft runs the target's first layers with the target's 
 
 TEST_CASE("a position's logits are bit-identical alone or in a batch, for every format and thread count",
           "[llama]") {
-  const auto tokens = random_tokens(16, 96, 3);
   REQUIRE(LlamaModel(tiny_weights(WeightFormat::f32), 8, nullptr).kv_format() == KvFormat::f16);  // the default
   for (auto format : all_formats) {
-    for (bool wide : {false, true}) {  // wide: heads of 64 dims (attention's vector path)
+    for (bool wide : {false, true}) {  // wide: heads of 64 dims (attention's vector path), three blocks of 16 keys
+      const auto tokens = random_tokens(wide ? 40 : 16, 96, 3);
       const auto weights = tiny_weights(format, wide ? wide_heads() : TinyOptions{});
       for (auto kv_format : {KvFormat::f32, KvFormat::f16, KvFormat::q8}) {
         std::vector<float> one_thread;  // and the same bits on every thread count (how a forward is split)
