@@ -350,17 +350,6 @@ void block_products(benchmark::State& state, WeightFormat format, bool streamed)
   state.counters["threads"] = double(threads());
 }
 
-void BM_BlockProducts_streamed(benchmark::State& state) { block_products(state, WeightFormat::quantized_dot, true); }
-void BM_BlockProducts_cached(benchmark::State& state) { block_products(state, WeightFormat::quantized_dot, false); }
-void BM_BlockProducts_streamed_f32(benchmark::State& state) { block_products(state, WeightFormat::f32, true); }
-void BM_BlockProducts_cached_f32(benchmark::State& state) { block_products(state, WeightFormat::f32, false); }
-void BM_BlockProducts_streamed_bf16(benchmark::State& state) { block_products(state, WeightFormat::bf16, true); }
-void BM_BlockProducts_cached_bf16(benchmark::State& state) { block_products(state, WeightFormat::bf16, false); }
-void BM_BlockProducts_streamed_bf16_dot(benchmark::State& state) { block_products(state, WeightFormat::bf16_dot, true); }
-void BM_BlockProducts_cached_bf16_dot(benchmark::State& state) { block_products(state, WeightFormat::bf16_dot, false); }
-void BM_BlockProducts_streamed_quantized(benchmark::State& state) { block_products(state, WeightFormat::quantized, true); }
-void BM_BlockProducts_cached_quantized(benchmark::State& state) { block_products(state, WeightFormat::quantized, false); }
-
 /// Reports peak_fn() (instructions per second) as `counter` per ns, or skips with `missing` where it is 0.
 void report_peak(benchmark::State& state, double (*peak_fn)(), const char* counter, const char* missing) {
   double peak = 0.0;
@@ -398,16 +387,19 @@ void positions(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_MemoryBandwidth)->Iterations(1)->Repetitions(1);
 BENCHMARK(BM_FmaPeak)->Iterations(1)->Repetitions(1);
 BENCHMARK(BM_VnniPeak)->Iterations(1)->Repetitions(1);
-BENCHMARK(BM_BlockProducts_streamed)->Apply(positions);
-BENCHMARK(BM_BlockProducts_cached)->Apply(positions);
-BENCHMARK(BM_BlockProducts_streamed_f32)->Apply(positions);
-BENCHMARK(BM_BlockProducts_cached_f32)->Apply(positions);
-BENCHMARK(BM_BlockProducts_streamed_bf16)->Apply(positions);
-BENCHMARK(BM_BlockProducts_cached_bf16)->Apply(positions);
-BENCHMARK(BM_BlockProducts_streamed_bf16_dot)->Apply(positions);
-BENCHMARK(BM_BlockProducts_cached_bf16_dot)->Apply(positions);
-BENCHMARK(BM_BlockProducts_streamed_quantized)->Apply(positions);
-BENCHMARK(BM_BlockProducts_cached_quantized)->Apply(positions);
+// BM_BlockProducts_{streamed,cached}/<n> (quantized_dot), then BM_BlockProducts_{streamed,cached}_<format>/<n>.
+const bool block_products_registered = [] {
+  for (auto format : {WeightFormat::quantized_dot, WeightFormat::f32, WeightFormat::bf16, WeightFormat::bf16_dot,
+                      WeightFormat::quantized})
+    for (bool streamed : {true, false}) {
+      std::string name = streamed ? "BM_BlockProducts_streamed" : "BM_BlockProducts_cached";
+      if (format != WeightFormat::quantized_dot) name += "_" + std::string(specdec::llama::to_string(format));
+      benchmark::RegisterBenchmark(name.c_str(), [format, streamed](benchmark::State& state) {
+        block_products(state, format, streamed);
+      })->Apply(positions);
+    }
+  return true;
+}();
 BENCHMARK(BM_LlamaForward_f32)->Apply(positions);
 BENCHMARK(BM_LlamaForward_bf16)->Apply(positions);
 BENCHMARK(BM_LlamaForward_bf16_dot)->Apply(positions);
