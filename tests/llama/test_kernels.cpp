@@ -301,9 +301,9 @@ TEST_CASE("every encoding gives the same bits on the vector and portable paths",
         std::vector<float> fast(n * rows), portable(n * rows);
         specdec::llama::matmul(MatmulOutput{&m.packed, portable.data(), rows, false}, x.data(), cols, n, pool, true);
         // The block kernels asking for the next panel at every width, and at none (detail::quiet_dot_products).
-        const int saved = specdec::llama::detail::quiet_dot_products;
+        const auto saved = specdec::llama::detail::quiet_dot_products;
         for (int quiet : {0, 3 * 16}) {
-          specdec::llama::detail::quiet_dot_products = quiet;
+          specdec::llama::detail::quiet_dot_products = {quiet, quiet};
           specdec::llama::matmul(MatmulOutput{&m.packed, fast.data(), rows, false}, x.data(), cols, n, pool, false);
           REQUIRE(std::memcmp(fast.data(), portable.data(), fast.size() * sizeof(float)) == 0);
         }

@@ -465,7 +465,7 @@ void panel_kernel_qdot(const MatmulOutput& out, std::size_t panel, const std::by
   // where q4_1 has 20) the request used to get in the hardware prefetcher's way up to 4 positions; NTA does not.
   // Where the CPU's hardware prefetcher does better alone, up to quiet_dot_products digit products a block, none.
   const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(panels[R - 1]) + w.panel_bytes();
-  const bool ask = Digits * P > quiet_dot_products;
+  const bool ask = Digits * P > (q8 ? quiet_dot_products.q8 : quiet_dot_products.q4);
   for (std::size_t b = 0; b < blocks; ++b) {
     if (ask)
       for (std::size_t line = 0; line < block_bytes; line += 64)

@@ -63,16 +63,23 @@ inline CpuFamily cpu_family() {
 }
 
 /// Digit products per weight block (input digits × positions of a kernel call) up to which the AVX-512 block
-/// kernels leave the next panel to the hardware prefetcher instead of asking for it (panel_kernel_qdot): 5 on
-/// AMD family 25 (the AVX-512 ones are Zen 4), 0 (always ask) elsewhere. Measured on a Zen 4 (family 25, model
-/// 17; 2 threads, forwards of SmolLM2 at context 256, alternating call by call with asking, 2026-12-03):
-/// quantized_dot took 0.84-0.86x the time at 1 position, 0.93x at 2, 0.85x at 3, 0.91x at 4, 0.92x at 5, and
-/// 1.17x, 1.33x, 1.14x and 1.10x at 6-9; quantized (3 digits) 0.86-0.88x at 1, 1.01x at 2, 1.20x at 5. On the
-/// Zen 5 of 2026-12-02 asking took 1-position quantized_dot forwards to 0.88x the time. The bits do not change.
-/// Read by every call: a program may change it between forwards (for measuring).
-inline int quiet_dot_products = [] {
+/// kernels leave the next panel to the hardware prefetcher instead of asking for it (panel_kernel_qdot), for
+/// 4-bit blocks (q4_0, q4_1: 18-20 bytes per 32 weights) and for q8_0 (34 bytes): 5 and 8 on AMD family 25 (the
+/// AVX-512 ones are Zen 4), 0 (always ask) elsewhere. Measured on a Zen 4 (family 25, model 17; 2 threads,
+/// forwards of SmolLM2 at context 256, alternating call by call, 2026-12-03), against asking for both: leaving
+/// both took quantized_dot to 0.81-0.90x the time at 1 position, 0.93-0.98x at 2, 0.85-0.91x at 3, 0.91x at 4,
+/// 0.92-0.93x at 5, but 1.17x, 1.33x, 1.14x and 1.10x at 6-9; quantized (3 digits) to 0.86-0.87x at 1, 1.01x at
+/// 2, 1.20x at 5. Then, against 5 for both, leaving q8_0 (SmolLM2's output head) up to 16: quantized_dot 0.88-0.89x
+/// at 6, 0.95x at 7, 1.005x at 8, 1.01-1.02x at 9, 1.065x at 16; quantized 0.94x at 2, 0.97x at 3. On the Zen 5
+/// of 2026-12-02 asking took 1-position quantized_dot forwards to 0.88x the time. The bits do not change. Read by
+/// every call: a program may change it between forwards (for measuring).
+struct QuietDotProducts {
+  int q4 = 0;  // q4_0 and q4_1
+  int q8 = 0;  // q8_0
+};
+inline QuietDotProducts quiet_dot_products = [] {
   const CpuFamily cpu = cpu_family();
-  return cpu.amd && cpu.family == 25 ? 5 : 0;
+  return cpu.amd && cpu.family == 25 ? QuietDotProducts{5, 8} : QuietDotProducts{};
 }();
 
 /// Positions that share one pass over a panel's weights. One pass streams the weights from memory while
