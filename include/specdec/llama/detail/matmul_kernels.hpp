@@ -82,6 +82,20 @@ inline QuietDotProducts quiet_dot_products = [] {
   return cpu.amd && cpu.family == 25 ? QuietDotProducts{5, 8} : QuietDotProducts{};
 }();
 
+/// Whether the AVX-512 float kernels (f32, bf16, bf16_dot) ask for the next step's panels into L2 (the hint T1)
+/// rather than with the non-temporal hint (NTA): on AMD family 25 (Zen 4; see panel_ahead), not elsewhere.
+/// Measured on a Zen 4 (family 25, model 17; 2 threads, forwards of SmolLM2 at context 256, alternating call by
+/// call, 8-20 rounds, 2026-12-03), T1 against NTA: bf16 0.72-0.84x the time at 1 position, 0.86x at 2, 0.86-0.88x
+/// at 5, 0.98x at 9; bf16_dot 0.82-0.87x at 1, 0.83x at 2, 0.74-0.79x at 5, 0.82x at 9; f32 (which asks from 3
+/// positions) 0.76x at 5, 0.77x at 9. No request at all read 0.91-1.28x, asking two steps ahead into L2 no better
+/// than one (0.76-0.88x where one step read 0.72-0.88x), and the hint T0 0.95x at 1 position of bf16. On the
+/// Zen 5 of 2026-12-02 and -03, T1 took 0.99-1.11x the time of NTA. The bits do not change. Read by every call,
+/// like quiet_dot_products.
+inline bool float_requests_into_l2 = [] {
+  const CpuFamily cpu = cpu_family();
+  return cpu.amd && cpu.family == 25;
+}();
+
 /// Positions that share one pass over a panel's weights. One pass streams the weights from memory while
 /// computing, so up to 16 positions cost about one weight read.
 inline constexpr std::size_t max_position_group = 16;
@@ -198,12 +212,23 @@ const float* prepared_inputs(const float* x, std::size_t x_stride, std::size_t p
 // AVX-512 path. Each visitor loads (and widens) R panels' weights for one column at a time and hands
 // them to fn(w, k); the kernel multiplies them into R × P accumulators.
 
-/// Asks, with the non-temporal hint, for the line at byte `offset` of each of the R panels `ahead` bytes after
-/// the given ones (the next kernel step's panels; a prefetch never faults, past the matrix's end included).
+/// What a float kernel step asks for: the panels `ahead` bytes after its own (0: nothing), into L2 (the hint T1)
+/// or with the non-temporal hint (NTA); see float_requests_into_l2.
+struct PanelRequest {
+  std::size_t ahead = 0;
+  bool into_l2 = false;
+  explicit operator bool() const { return ahead != 0; }
+};
+
+/// Asks for the line at byte `offset` of each of the R panels `request.ahead` bytes after the given ones (the
+/// next kernel step's panels; a prefetch never faults, past the matrix's end included).
 template <int R>
-SPECDEC_ALWAYS_INLINE void prefetch_ahead(const std::byte* const* panel, std::size_t ahead, std::size_t offset) {
-  SPECDEC_UNROLL for (int r = 0; r < R; ++r)
-    _mm_prefetch(reinterpret_cast<const char*>(panel[r] + ahead + offset), _MM_HINT_NTA);
+SPECDEC_ALWAYS_INLINE void prefetch_ahead(const std::byte* const* panel, PanelRequest request, std::size_t offset) {
+  SPECDEC_UNROLL for (int r = 0; r < R; ++r) {
+    const char* line = reinterpret_cast<const char*>(panel[r] + request.ahead + offset);
+    if (request.into_l2) _mm_prefetch(line, _MM_HINT_T1);
+    else _mm_prefetch(line, _MM_HINT_NTA);
+  }
 }
 
 /// Bytes from a kernel step's R panels (from `panel`) to the next step's, for prefetch_ahead; 0 where the step
@@ -216,8 +241,9 @@ SPECDEC_ALWAYS_INLINE void prefetch_ahead(const std::byte* const* panel, std::si
 /// 9 positions; f32 0.82-0.88x at 5 and 0.73-0.82x at 9; bf16_dot 0.80-0.88x at 5 and 0.67-0.74x at 9. f32's
 /// 4-panel kernels (1-2 positions) took 1.07-1.14x the time with the request, so they make none.
 template <int R>
-std::size_t panel_ahead(const PackedMatrix& w, std::size_t panel, std::size_t last) {
-  return R <= 2 && next_step_in_run<R>(panel, last) ? R * w.panel_bytes() : 0;
+PanelRequest panel_ahead(const PackedMatrix& w, std::size_t panel, std::size_t last) {
+  if (R > 2 || !next_step_in_run<R>(panel, last)) return {};
+  return {R * w.panel_bytes(), float_requests_into_l2};
 }
 
 /// Each visitor's most_panels: the panels per kernel step for 1 and 2 positions (4 fill the registers; see
@@ -228,7 +254,7 @@ std::size_t panel_ahead(const PackedMatrix& w, std::size_t panel, std::size_t la
 struct VisitF32 {
   static constexpr std::size_t most_panels = 4;
   template <int R, class Fn>
-  static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, std::size_t ahead, Fn&& fn) {
+  static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, PanelRequest ahead, Fn&& fn) {
     for (std::size_t k = 0; k < cols; ++k) {
       if (ahead) prefetch_ahead<R>(panel, ahead, k * panel_rows * 4);
       __m512 w[R];
@@ -242,7 +268,7 @@ struct VisitF32 {
 struct VisitBf16 {
   static constexpr std::size_t most_panels = 2;
   template <int R, class Fn>
-  static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, std::size_t ahead, Fn&& fn) {
+  static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, PanelRequest ahead, Fn&& fn) {
     const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
     for (std::size_t k = 0; k < cols; k += 2) {
       if (ahead) prefetch_ahead<R>(panel, ahead, k * panel_rows * 2);
@@ -291,7 +317,7 @@ void panel_kernel(const MatmulOutput& out, std::size_t panel, std::size_t last, 
   __m512 acc[R][P];
   SPECDEC_UNROLL for (int r = 0; r < R; ++r)
     SPECDEC_UNROLL for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
-  const std::size_t ahead = panel_ahead<R>(w, panel, last);
+  const PanelRequest ahead = panel_ahead<R>(w, panel, last);
   Visitor::template run<R>(panels, w.cols(), ahead, [&](const __m512* wv, std::size_t k) SPECDEC_ALWAYS_INLINE_LAMBDA {
     SPECDEC_UNROLL for (int p = 0; p < P; ++p) {
       const __m512 xv = _mm512_set1_ps(xt[k * P + p]);
@@ -318,7 +344,8 @@ void panel_kernel_dot(const MatmulOutput& out, std::size_t panel, std::size_t la
   __m512 acc[R][P];
   SPECDEC_UNROLL for (int r = 0; r < R; ++r)
     SPECDEC_UNROLL for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
-  const std::size_t pairs = (w.cols() + 1) / 2, ahead = panel_ahead<R>(w, panel, last);
+  const std::size_t pairs = (w.cols() + 1) / 2;
+  const PanelRequest ahead = panel_ahead<R>(w, panel, last);
   for (std::size_t kp = 0; kp < pairs; ++kp) {
     if (ahead) prefetch_ahead<R>(panels, ahead, kp * panel_rows * 4);
     __m512bh wv[R];
