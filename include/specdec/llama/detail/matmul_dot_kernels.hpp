@@ -463,13 +463,17 @@ void panel_kernel_qdot(const MatmulOutput& out, std::size_t panel, const std::by
   // 5. T1 at 1 position was no faster than no request, and T0 in between (the hint T1 once took 2-5 positions to
   // 0.86-0.99x of no request, and T0 was a loss there). For q8_0 (SmolLM2's output head, 34 bytes per 32 weights
   // where q4_1 has 20) the request used to get in the hardware prefetcher's way up to 4 positions; NTA does not.
-  // Where the CPU's hardware prefetcher does better alone, up to quiet_dot_products digit products a block, none.
+  // Where the CPU's hardware prefetcher does better alone, up to quiet_dot_products digit products a block, none;
+  // into L2 instead where requests_into_l2 says so.
   const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(panels[R - 1]) + w.panel_bytes();
-  const bool ask = Digits * P > (q8 ? quiet_dot_products.q8 : quiet_dot_products.q4);
+  const bool ask = Digits * P > (q8 ? quiet_dot_products.q8 : quiet_dot_products.q4), into_l2 = requests_into_l2;
   for (std::size_t b = 0; b < blocks; ++b) {
     if (ask)
-      for (std::size_t line = 0; line < block_bytes; line += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(ahead + b * block_bytes + line), _MM_HINT_NTA);
+      for (std::size_t line = 0; line < block_bytes; line += 64) {
+        const char* next = reinterpret_cast<const char*>(ahead + b * block_bytes + line);
+        if (into_l2) _mm_prefetch(next, _MM_HINT_T1);
+        else _mm_prefetch(next, _MM_HINT_NTA);
+      }
     __m512i q[R][8];
     __m512 d[R], m[R];
     SPECDEC_UNROLL for (int r = 0; r < R; ++r) {

@@ -62,38 +62,44 @@ inline CpuFamily cpu_family() {
 #endif
 }
 
+/// Whether the AVX-512 kernels ask for the next panels into L2 (the hint T1) rather than with the non-temporal
+/// hint (NTA): the float kernels (f32, bf16, bf16_dot) for their next step's panels (see panel_ahead), the block
+/// kernels for the next panel (panel_kernel_qdot). On AMD family 25 (the AVX-512 ones are Zen 4), not elsewhere.
+/// Measured on a Zen 4 (family 25, model 17; 2 threads, forwards of SmolLM2 at context 256, alternating call by
+/// call, 8-40 rounds, 2026-12-03), T1 against NTA:
+/// - float kernels: bf16 0.72-0.84x the time at 1 position, 0.86x at 2, 0.86-0.88x at 5, 0.98x at 9; bf16_dot
+///   0.82-0.87x at 1, 0.83x at 2, 0.74-0.79x at 5, 0.82x at 9; f32 (which asks from 3 positions) 0.76x at 5,
+///   0.77x at 9. No request at all read 0.91-1.28x, asking two steps ahead into L2 no better than one
+///   (0.76-0.88x where one step read 0.72-0.88x), and the hint T0 0.95x at 1 position of bf16;
+/// - block kernels, asking at every width but quantized_dot's one position (quiet_dot_products {1, 1}) against
+///   the NTA rule before ({5, 8}): quantized_dot 0.86-0.96x at 2 positions, 0.90x at 3, 0.93x at 4, 0.86-0.90x
+///   at 6, 0.89-0.91x at 9, 1.00x at 16; quantized 0.77-1.005x at 1 (three runs), 0.86x at 2, 0.97-0.98x at 5,
+///   1.01x at 9. Asking at quantized_dot's one position too read 1.02-1.03x, asking there for q8_0 alone 1.09x.
+/// On the Zen 5 of 2026-12-02 and -03, T1 took the float kernels 0.99-1.11x the time of NTA. The bits do not
+/// change. Read by every call: a program may change it between forwards (for measuring).
+inline bool requests_into_l2 = [] {
+  const CpuFamily cpu = cpu_family();
+  return cpu.amd && cpu.family == 25;
+}();
+
 /// Digit products per weight block (input digits × positions of a kernel call) up to which the AVX-512 block
 /// kernels leave the next panel to the hardware prefetcher instead of asking for it (panel_kernel_qdot), for
-/// 4-bit blocks (q4_0, q4_1: 18-20 bytes per 32 weights) and for q8_0 (34 bytes): 5 and 8 on AMD family 25 (the
-/// AVX-512 ones are Zen 4), 0 (always ask) elsewhere. Measured on a Zen 4 (family 25, model 17; 2 threads,
-/// forwards of SmolLM2 at context 256, alternating call by call, 2026-12-03), against asking for both: leaving
-/// both took quantized_dot to 0.81-0.90x the time at 1 position, 0.93-0.98x at 2, 0.85-0.91x at 3, 0.91x at 4,
-/// 0.92-0.93x at 5, but 1.17x, 1.33x, 1.14x and 1.10x at 6-9; quantized (3 digits) to 0.86-0.87x at 1, 1.01x at
-/// 2, 1.20x at 5. Then, against 5 for both, leaving q8_0 (SmolLM2's output head) up to 16: quantized_dot 0.88-0.89x
-/// at 6, 0.95x at 7, 1.005x at 8, 1.01-1.02x at 9, 1.065x at 16; quantized 0.94x at 2, 0.97x at 3. On the Zen 5
-/// of 2026-12-02 asking took 1-position quantized_dot forwards to 0.88x the time. The bits do not change. Read by
-/// every call: a program may change it between forwards (for measuring).
+/// 4-bit blocks (q4_0, q4_1: 18-20 bytes per 32 weights) and for q8_0 (34 bytes): 1 and 1 on AMD family 25 (where
+/// the requests go into L2; see requests_into_l2), 0 (always ask) elsewhere. On the Zen 5 of 2026-12-02 asking
+/// took 1-position quantized_dot forwards to 0.88x the time. With NTA requests, the same Zen 4 (forwards as
+/// above, against asking for both) did best with {5, 8}: leaving both took quantized_dot to 0.81-0.90x the time
+/// at 1 position, 0.93-0.98x at 2, 0.85-0.91x at 3, 0.91x at 4, 0.92-0.93x at 5, but 1.17x, 1.33x, 1.14x and
+/// 1.10x at 6-9; quantized (3 digits) to 0.86-0.87x at 1, 1.01x at 2, 1.20x at 5; then, against 5 for both,
+/// leaving q8_0 (SmolLM2's output head) up to 16: quantized_dot 0.88-0.89x at 6, 0.95x at 7, 1.005x at 8,
+/// 1.01-1.02x at 9, 1.065x at 16; quantized 0.94x at 2, 0.97x at 3. The bits do not change. Read by every call,
+/// like requests_into_l2.
 struct QuietDotProducts {
   int q4 = 0;  // q4_0 and q4_1
   int q8 = 0;  // q8_0
 };
 inline QuietDotProducts quiet_dot_products = [] {
   const CpuFamily cpu = cpu_family();
-  return cpu.amd && cpu.family == 25 ? QuietDotProducts{5, 8} : QuietDotProducts{};
-}();
-
-/// Whether the AVX-512 float kernels (f32, bf16, bf16_dot) ask for the next step's panels into L2 (the hint T1)
-/// rather than with the non-temporal hint (NTA): on AMD family 25 (Zen 4; see panel_ahead), not elsewhere.
-/// Measured on a Zen 4 (family 25, model 17; 2 threads, forwards of SmolLM2 at context 256, alternating call by
-/// call, 8-20 rounds, 2026-12-03), T1 against NTA: bf16 0.72-0.84x the time at 1 position, 0.86x at 2, 0.86-0.88x
-/// at 5, 0.98x at 9; bf16_dot 0.82-0.87x at 1, 0.83x at 2, 0.74-0.79x at 5, 0.82x at 9; f32 (which asks from 3
-/// positions) 0.76x at 5, 0.77x at 9. No request at all read 0.91-1.28x, asking two steps ahead into L2 no better
-/// than one (0.76-0.88x where one step read 0.72-0.88x), and the hint T0 0.95x at 1 position of bf16. On the
-/// Zen 5 of 2026-12-02 and -03, T1 took 0.99-1.11x the time of NTA. The bits do not change. Read by every call,
-/// like quiet_dot_products.
-inline bool float_requests_into_l2 = [] {
-  const CpuFamily cpu = cpu_family();
-  return cpu.amd && cpu.family == 25;
+  return cpu.amd && cpu.family == 25 ? QuietDotProducts{1, 1} : QuietDotProducts{};
 }();
 
 /// Positions that share one pass over a panel's weights. One pass streams the weights from memory while
@@ -213,7 +219,7 @@ const float* prepared_inputs(const float* x, std::size_t x_stride, std::size_t p
 // them to fn(w, k); the kernel multiplies them into R × P accumulators.
 
 /// What a float kernel step asks for: the panels `ahead` bytes after its own (0: nothing), into L2 (the hint T1)
-/// or with the non-temporal hint (NTA); see float_requests_into_l2.
+/// or with the non-temporal hint (NTA); see requests_into_l2.
 struct PanelRequest {
   std::size_t ahead = 0;
   bool into_l2 = false;
@@ -243,7 +249,7 @@ SPECDEC_ALWAYS_INLINE void prefetch_ahead(const std::byte* const* panel, PanelRe
 template <int R>
 PanelRequest panel_ahead(const PackedMatrix& w, std::size_t panel, std::size_t last) {
   if (R > 2 || !next_step_in_run<R>(panel, last)) return {};
-  return {R * w.panel_bytes(), float_requests_into_l2};
+  return {R * w.panel_bytes(), requests_into_l2};
 }
 
 /// Each visitor's most_panels: the panels per kernel step for 1 and 2 positions (4 fill the registers; see
