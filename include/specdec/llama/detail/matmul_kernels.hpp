@@ -72,9 +72,11 @@ inline CpuFamily cpu_family() {
 ///   0.77x at 9. No request at all read 0.91-1.28x, asking two steps ahead into L2 no better than one
 ///   (0.76-0.88x where one step read 0.72-0.88x), and the hint T0 0.95x at 1 position of bf16;
 /// - block kernels, asking at every width but quantized_dot's one position (quiet_dot_products {1, 1}) against
-///   the NTA rule before ({5, 8}): quantized_dot 0.86-0.96x at 2 positions, 0.90x at 3, 0.93x at 4, 0.86-0.90x
-///   at 6, 0.89-0.91x at 9, 1.00x at 16; quantized 0.77-1.005x at 1 (three runs), 0.86x at 2, 0.97-0.98x at 5,
-///   1.01x at 9. Asking at quantized_dot's one position too read 1.02-1.03x, asking there for q8_0 alone 1.09x.
+///   the NTA rule before ({5, 8}): quantized_dot 0.86-0.96x at 2 positions, 0.90x at 3, 0.93x at 4, 0.75x at 5,
+///   0.86-0.90x at 6, 0.89-0.92x at 9, 1.00x at 16; quantized 0.77-1.005x at 1 (three runs), 0.86x at 2,
+///   0.97-0.98x at 5, 1.01x at 9. At quantized_dot's one position, asking for every panel read 1.01-1.03x (the
+///   output head's stage 0.97 ms against 0.75 without, 150 rounds), for q8_0 alone 1.09x, and for the 4-bit
+///   panels alone 0.99x (150 rounds; within this machine's noise, so not taken).
 /// On the Zen 5 of 2026-12-02 and -03, T1 took the float kernels 0.99-1.11x the time of NTA. The bits do not
 /// change. Read by every call: a program may change it between forwards (for measuring).
 inline bool requests_into_l2 = [] {
@@ -237,9 +239,9 @@ SPECDEC_ALWAYS_INLINE void prefetch_ahead(const std::byte* const* panel, PanelRe
   }
 }
 
-/// Bytes from a kernel step's R panels (from `panel`) to the next step's, for prefetch_ahead; 0 where the step
-/// asks for nothing. The float kernels of 1 and 2 panels (bf16 and bf16_dot at every width, f32 from 3
-/// positions) ask for the next step's panels, column by column beside their own loads; never past `last`, the
+/// The request of a kernel step of R panels (from `panel`) for the next step's, for prefetch_ahead: `ahead` 0
+/// where the step asks for nothing. The float kernels of 1 and 2 panels (bf16 and bf16_dot at every width, f32
+/// from 3 positions) ask for the next step's panels, column by column beside their own loads; never past `last`, the
 /// end of the thread's run (asking for panels another thread computes, up to 72 KiB per call in f32, took
 /// one-position forwards to 1.02-1.03x the time of asking for nothing). The hardware prefetcher alone left the
 /// kernels waiting on memory: alternating call by call with no request (forwards of SmolLM2 at context 256, 2
