@@ -469,11 +469,8 @@ void panel_kernel_qdot(const MatmulOutput& out, std::size_t panel, const std::by
   const bool ask = Digits * P > (q8 ? quiet_dot_products.q8 : quiet_dot_products.q4), into_l2 = requests_into_l2;
   for (std::size_t b = 0; b < blocks; ++b) {
     if (ask)
-      for (std::size_t line = 0; line < block_bytes; line += 64) {
-        const char* next = reinterpret_cast<const char*>(ahead + b * block_bytes + line);
-        if (into_l2) _mm_prefetch(next, _MM_HINT_T1);
-        else _mm_prefetch(next, _MM_HINT_NTA);
-      }
+      for (std::size_t line = 0; line < block_bytes; line += 64)
+        request_line(reinterpret_cast<const void*>(ahead + b * block_bytes + line), into_l2);
     __m512i q[R][8];
     __m512 d[R], m[R];
     SPECDEC_UNROLL for (int r = 0; r < R; ++r) {

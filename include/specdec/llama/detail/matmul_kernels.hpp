@@ -62,6 +62,12 @@ inline CpuFamily cpu_family() {
 #endif
 }
 
+/// Whether this is an AMD CPU of family 25 (Zen 3, Zen 4), for which the prefetch rules below differ.
+inline bool amd_family_25() {
+  const CpuFamily cpu = cpu_family();
+  return cpu.amd && cpu.family == 25;
+}
+
 /// Whether the AVX-512 kernels ask for the next panels into L2 (the hint T1) rather than with the non-temporal
 /// hint (NTA): the float kernels (f32, bf16, bf16_dot) for their next step's panels (see panel_ahead), the block
 /// kernels for the next panel (panel_kernel_qdot). On AMD family 25 (the AVX-512 ones are Zen 4), not elsewhere.
@@ -79,10 +85,7 @@ inline CpuFamily cpu_family() {
 ///   panels alone 0.99x (150 rounds; within this machine's noise, so not taken).
 /// On the Zen 5 of 2026-12-02 and -03, T1 took the float kernels 0.99-1.11x the time of NTA. The bits do not
 /// change. Read by every call: a program may change it between forwards (for measuring).
-inline bool requests_into_l2 = [] {
-  const CpuFamily cpu = cpu_family();
-  return cpu.amd && cpu.family == 25;
-}();
+inline bool requests_into_l2 = amd_family_25();
 
 /// Digit products per weight block (input digits × positions of a kernel call) up to which the AVX-512 block
 /// kernels leave the next panel to the hardware prefetcher instead of asking for it (panel_kernel_qdot), for
@@ -99,10 +102,7 @@ struct QuietDotProducts {
   int q4 = 0;  // q4_0 and q4_1
   int q8 = 0;  // q8_0
 };
-inline QuietDotProducts quiet_dot_products = [] {
-  const CpuFamily cpu = cpu_family();
-  return cpu.amd && cpu.family == 25 ? QuietDotProducts{1, 1} : QuietDotProducts{};
-}();
+inline QuietDotProducts quiet_dot_products = amd_family_25() ? QuietDotProducts{1, 1} : QuietDotProducts{};
 
 /// Positions that share one pass over a panel's weights. One pass streams the weights from memory while
 /// computing, so up to 16 positions cost about one weight read.
@@ -220,6 +220,13 @@ const float* prepared_inputs(const float* x, std::size_t x_stride, std::size_t p
 // AVX-512 path. Each visitor loads (and widens) R panels' weights for one column at a time and hands
 // them to fn(w, k); the kernel multiplies them into R × P accumulators.
 
+/// Asks for the cache line at `line`, into L2 (the hint T1) or with the non-temporal hint (NTA); see
+/// requests_into_l2.
+SPECDEC_ALWAYS_INLINE void request_line(const void* line, bool into_l2) {
+  if (into_l2) _mm_prefetch(static_cast<const char*>(line), _MM_HINT_T1);
+  else _mm_prefetch(static_cast<const char*>(line), _MM_HINT_NTA);
+}
+
 /// What a float kernel step asks for: the panels `ahead` bytes after its own (0: nothing), into L2 (the hint T1)
 /// or with the non-temporal hint (NTA); see requests_into_l2.
 struct PanelRequest {
@@ -232,11 +239,7 @@ struct PanelRequest {
 /// next kernel step's panels; a prefetch never faults, past the matrix's end included).
 template <int R>
 SPECDEC_ALWAYS_INLINE void prefetch_ahead(const std::byte* const* panel, PanelRequest request, std::size_t offset) {
-  SPECDEC_UNROLL for (int r = 0; r < R; ++r) {
-    const char* line = reinterpret_cast<const char*>(panel[r] + request.ahead + offset);
-    if (request.into_l2) _mm_prefetch(line, _MM_HINT_T1);
-    else _mm_prefetch(line, _MM_HINT_NTA);
-  }
+  SPECDEC_UNROLL for (int r = 0; r < R; ++r) request_line(panel[r] + request.ahead + offset, request.into_l2);
 }
 
 /// The request of a kernel step of R panels (from `panel`) for the next step's, for prefetch_ahead: `ahead` 0
