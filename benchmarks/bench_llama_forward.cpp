@@ -106,8 +106,8 @@ double read_bandwidth() {
 /// trips of an atomic flag between two threads that spin). On the 2-vCPU machine of 2026-12-02 it read
 /// 100-185 ns most of the time and 418-472 ns while the read bandwidth of two threads was 65-75 GB/s instead of
 /// 40-50: apparently the two vCPUs then sit on different core complexes (each with its own path to memory and
-/// its own L3), which doubles what two streams read but slows every hand-over between the threads (see README;
-/// the correlation was not perfect).
+/// its own L3), which doubles what two streams read but slows every hand-over between the threads (see
+/// docs/measurements.md; the correlation was not perfect).
 double round_trip_ns() {
   constexpr int trips = 20'000;
   std::vector<double> runs;

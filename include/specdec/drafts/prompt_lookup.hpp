@@ -30,7 +30,7 @@ namespace specdec {
 /// long ones after long matches. The defaults, 2, 2, 3 and 4 tokens after 1- to 4-token matches with matches
 /// of up to 16 tokens, replayed against the cost tables of two reports, were no worse than the earlier 2 and 4
 /// tokens after 1- and 2-token matches (matches of up to 5) on any task kind, and better on grounded tasks
-/// (see README).
+/// (see docs/measurements.md, the 2.0× goal).
 class PromptLookupDraft {
  public:
   static constexpr float kMissing = -1e30f;
