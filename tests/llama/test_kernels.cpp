@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -301,18 +302,25 @@ TEST_CASE("every encoding gives the same bits on the vector and portable paths",
         std::vector<float> fast(n * rows), portable(n * rows);
         specdec::llama::matmul(MatmulOutput{&m.packed, portable.data(), rows, false}, x.data(), cols, n, pool, true);
         // The block kernels asking for the next panel at every width, and at none (detail::quiet_dot_products);
-        // the kernels asking with either hint (detail::requests_into_l2).
+        // the kernels asking with either hint (detail::requests_into_l2); the float kernels at 1 and 2
+        // positions stepping by one panel or by their most (detail::single_stream_steps).
         const auto saved = specdec::llama::detail::quiet_dot_products;
         const bool saved_hint = specdec::llama::detail::requests_into_l2;
-        for (int variant : {0, 1, 2}) {  // ask with NTA, ask into L2, never ask (the float kernels: into L2)
-          const int quiet = variant == 2 ? 3 * 16 : 0;
-          specdec::llama::detail::quiet_dot_products = {quiet, quiet};
-          specdec::llama::detail::requests_into_l2 = variant != 0;
-          specdec::llama::matmul(MatmulOutput{&m.packed, fast.data(), rows, false}, x.data(), cols, n, pool, false);
-          REQUIRE(std::memcmp(fast.data(), portable.data(), fast.size() * sizeof(float)) == 0);
-        }
+        const bool saved_steps = specdec::llama::detail::single_stream_steps;
+        for (bool single : {false, true})
+          for (int variant : {0, 1, 2}) {  // ask with NTA, ask into L2, never ask (the float kernels: into L2)
+            CAPTURE(single, variant);
+            const int quiet = variant == 2 ? 3 * 16 : 0;
+            specdec::llama::detail::quiet_dot_products = {quiet, quiet};
+            specdec::llama::detail::requests_into_l2 = variant != 0;
+            specdec::llama::detail::single_stream_steps = single;
+            std::fill(fast.begin(), fast.end(), std::numeric_limits<float>::quiet_NaN());  // no earlier variant's rows
+            specdec::llama::matmul(MatmulOutput{&m.packed, fast.data(), rows, false}, x.data(), cols, n, pool, false);
+            REQUIRE(std::memcmp(fast.data(), portable.data(), fast.size() * sizeof(float)) == 0);
+          }
         specdec::llama::detail::quiet_dot_products = saved;
         specdec::llama::detail::requests_into_l2 = saved_hint;
+        specdec::llama::detail::single_stream_steps = saved_steps;
       }
     }
 }

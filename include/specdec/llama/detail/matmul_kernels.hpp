@@ -87,6 +87,21 @@ inline bool amd_family_25() {
 /// change. Read by every call: a program may change it between forwards (for measuring).
 inline bool requests_into_l2 = amd_family_25();
 
+/// Whether the AVX-512 float kernels (f32, bf16, bf16_dot) take one panel a step at 1 and 2 positions and ask
+/// for nothing ahead there, leaving the weights to the hardware prefetcher: a thread's panels are adjacent in
+/// memory, so its run is then read as one sequential stream, where steps of 2 (bf16, bf16_dot) or 4 (f32)
+/// panels read as that many interleaved streams, and the bf16 steps asked for the next step's panels besides.
+/// On for AMD family 25, off elsewhere: on the Zen 5 of 2026-12-02 steps of 2 beat steps of 4 and the requests
+/// helped (see most_panels and panel_ahead); steps of one panel were not measured there. On the Zen 4 of
+/// 2026-12-03 (forwards of SmolLM2 at context 256, 2 threads, alternating call by call in one process, medians
+/// of 6-24 rounds): bf16 0.89-0.94x the time at 1 position (three runs) and 0.99x at 2; bf16_dot 0.83-0.97x at
+/// 1 (three runs) and 0.93x at 2; f32 0.94-0.99x at 1 (three runs) and 1.00x at 2. One panel a step that still
+/// asks for the next read 0.95-0.96x (bf16, bf16_dot) and 1.16x (f32), and steps of 2 that ask for nothing
+/// 1.09x (bf16). A plain read of 128 MB on one thread there measured the same: 25-30 GB/s as one stream, 21-24
+/// as 2 or 4 interleaved ones, 20-22 as one stream that asks into L2 for the lines one panel ahead. The bits do
+/// not change. Read by every call, like requests_into_l2.
+inline bool single_stream_steps = amd_family_25();
+
 /// Digit products per weight block (input digits × positions of a kernel call) up to which the AVX-512 block
 /// kernels leave the next panel to the hardware prefetcher instead of asking for it (panel_kernel_qdot), for
 /// 4-bit blocks (q4_0, q4_1: 18-20 bytes per 32 weights) and for q8_0 (34 bytes): 1 and 1 on AMD family 25 (where
@@ -250,10 +265,11 @@ SPECDEC_ALWAYS_INLINE void prefetch_ahead(const std::byte* const* panel, PanelRe
 /// kernels waiting on memory: alternating call by call with no request (forwards of SmolLM2 at context 256, 2
 /// threads, Zen 5, 2026-12-02, medians of 4-10 rounds per machine state), bf16 took 0.60-0.67x the time at 5 and
 /// 9 positions; f32 0.82-0.88x at 5 and 0.73-0.82x at 9; bf16_dot 0.80-0.88x at 5 and 0.67-0.74x at 9. f32's
-/// 4-panel kernels (1-2 positions) took 1.07-1.14x the time with the request, so they make none.
-template <int R>
+/// 4-panel kernels (1-2 positions) took 1.07-1.14x the time with the request, so they make none. P: the
+/// step's positions; at 1 and 2 no step asks where single_stream_steps.
+template <int R, int P>
 PanelRequest panel_ahead(const PackedMatrix& w, std::size_t panel, std::size_t last) {
-  if (R > 2 || !next_step_in_run<R>(panel, last)) return {};
+  if (R > 2 || !next_step_in_run<R>(panel, last) || (P <= 2 && single_stream_steps)) return {};
   return {R * w.panel_bytes(), requests_into_l2};
 }
 
@@ -328,7 +344,7 @@ void panel_kernel(const MatmulOutput& out, std::size_t panel, std::size_t last, 
   __m512 acc[R][P];
   SPECDEC_UNROLL for (int r = 0; r < R; ++r)
     SPECDEC_UNROLL for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
-  const PanelRequest ahead = panel_ahead<R>(w, panel, last);
+  const PanelRequest ahead = panel_ahead<R, P>(w, panel, last);
   Visitor::template run<R>(panels, w.cols(), ahead, [&](const __m512* wv, std::size_t k) SPECDEC_ALWAYS_INLINE_LAMBDA {
     SPECDEC_UNROLL for (int p = 0; p < P; ++p) {
       const __m512 xv = _mm512_set1_ps(xt[k * P + p]);
@@ -356,7 +372,7 @@ void panel_kernel_dot(const MatmulOutput& out, std::size_t panel, std::size_t la
   SPECDEC_UNROLL for (int r = 0; r < R; ++r)
     SPECDEC_UNROLL for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
   const std::size_t pairs = (w.cols() + 1) / 2;
-  const PanelRequest ahead = panel_ahead<R>(w, panel, last);
+  const PanelRequest ahead = panel_ahead<R, P>(w, panel, last);
   for (std::size_t kp = 0; kp < pairs; ++kp) {
     if (ahead) prefetch_ahead<R>(panels, ahead, kp * panel_rows * 4);
     __m512bh wv[R];
@@ -388,10 +404,10 @@ constexpr std::array<KernelFn, sizeof...(P)> kernel_table(std::integer_sequence<
 }
 
 /// Panels per kernel step for a group of `count` positions: as many accumulators as the 32 registers allow
-/// next to the weights, up to the visitor's most_panels.
+/// next to the weights, up to the visitor's most_panels (one at 1 and 2 positions where single_stream_steps).
 template <class Visitor>
 std::size_t panels_per_step(std::size_t count) {
-  if (count <= 2) return Visitor::most_panels;
+  if (count <= 2) return single_stream_steps ? 1 : Visitor::most_panels;
   return count <= 12 ? 2 : 1;
 }
 
