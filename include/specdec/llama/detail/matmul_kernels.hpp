@@ -102,6 +102,10 @@ inline bool requests_into_l2 = amd_family_25();
 /// not change. Read by every call, like requests_into_l2.
 inline bool single_stream_steps = amd_family_25();
 
+/// Whether a float kernel step over `positions` positions reads one panel and asks for nothing ahead (see
+/// single_stream_steps): the one place both panels_per_step and panel_ahead take that rule from.
+inline bool single_stream_step(std::size_t positions) { return positions <= 2 && single_stream_steps; }
+
 /// Digit products per weight block (input digits × positions of a kernel call) up to which the AVX-512 block
 /// kernels leave the next panel to the hardware prefetcher instead of asking for it (panel_kernel_qdot), for
 /// 4-bit blocks (q4_0, q4_1: 18-20 bytes per 32 weights) and for q8_0 (34 bytes): 1 and 1 on AMD family 25 (where
@@ -266,10 +270,10 @@ SPECDEC_ALWAYS_INLINE void prefetch_ahead(const std::byte* const* panel, PanelRe
 /// threads, Zen 5, 2026-12-02, medians of 4-10 rounds per machine state), bf16 took 0.60-0.67x the time at 5 and
 /// 9 positions; f32 0.82-0.88x at 5 and 0.73-0.82x at 9; bf16_dot 0.80-0.88x at 5 and 0.67-0.74x at 9. f32's
 /// 4-panel kernels (1-2 positions) took 1.07-1.14x the time with the request, so they make none. P: the
-/// step's positions; at 1 and 2 no step asks where single_stream_steps.
+/// step's positions (no request where single_stream_step(P)).
 template <int R, int P>
 PanelRequest panel_ahead(const PackedMatrix& w, std::size_t panel, std::size_t last) {
-  if (R > 2 || !next_step_in_run<R>(panel, last) || (P <= 2 && single_stream_steps)) return {};
+  if (R > 2 || !next_step_in_run<R>(panel, last) || single_stream_step(P)) return {};
   return {R * w.panel_bytes(), requests_into_l2};
 }
 
@@ -404,10 +408,11 @@ constexpr std::array<KernelFn, sizeof...(P)> kernel_table(std::integer_sequence<
 }
 
 /// Panels per kernel step for a group of `count` positions: as many accumulators as the 32 registers allow
-/// next to the weights, up to the visitor's most_panels (one at 1 and 2 positions where single_stream_steps).
+/// next to the weights, up to the visitor's most_panels (one where single_stream_step(count)).
 template <class Visitor>
 std::size_t panels_per_step(std::size_t count) {
-  if (count <= 2) return single_stream_steps ? 1 : Visitor::most_panels;
+  if (single_stream_step(count)) return 1;
+  if (count <= 2) return Visitor::most_panels;
   return count <= 12 ? 2 : 1;
 }
 
