@@ -181,7 +181,7 @@ struct TextSink {
   const Tokenizer& tokenizer;
   bool stream;
   llama::TextStream decoder{tokenizer};
-  std::string text;
+  std::string text{};
   void push(Token t) {
     const std::string piece = decoder.push(t);
     text += piece;

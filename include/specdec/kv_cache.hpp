@@ -3,12 +3,12 @@
 // Read next: model.hpp.
 #pragma once
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <cstddef>
 #include <limits>
 #include <vector>
 
+#include "specdec/detail/eigen_core.hpp"
 #include "specdec/detail/huge_pages.hpp"
 #include "specdec/error.hpp"
 

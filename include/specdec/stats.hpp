@@ -67,9 +67,9 @@ struct Generation {
 struct GenerateOptions {
   std::size_t max_new_tokens = 128;
   std::size_t draft_length = 4;      // k: proposals per round (the maximum, with an adaptive draft length)
-  std::vector<Token> stop_tokens;    // generation ends right after emitting one of these
+  std::vector<Token> stop_tokens{};  // generation ends right after emitting one of these
   std::uint64_t seed = 0;            // same seed, same tokens
-  std::function<bool(Token)> on_token;  // called once per final token, in order; return false to stop
+  std::function<bool(Token)> on_token{};  // called once per final token, in order; return false to stop
   /// Ends a round's drafting when the draft's most probable token has probability below this (llama.cpp's
   /// draft p-min), so a weak draft costs little. 0 = off. A flat draft row (no preference) always ends drafting.
   float draft_p_min = 0.0f;

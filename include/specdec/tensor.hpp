@@ -2,8 +2,9 @@
 // Entry point: specdec::Token, specdec::Logits. Read next: model.hpp.
 #pragma once
 
-#include <Eigen/Core>
 #include <cstdint>
+
+#include "specdec/detail/eigen_core.hpp"
 
 namespace specdec {
 
