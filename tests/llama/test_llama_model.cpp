@@ -333,7 +333,7 @@ TEST_CASE("the forward pass matches a naive double-precision llama on a tiny ran
         REQUIRE(model.kv_format() == kv_format);
         REQUIRE(model.weights()->tied() == !separate);
         const auto& logits = model.forward(tokens);
-        REQUIRE(logits.rows() == tokens.size());
+        REQUIRE(logits.rows() == static_cast<Eigen::Index>(tokens.size()));
         REQUIRE(logits.cols() == 96);
         for (std::size_t i = 0; i < tokens.size(); ++i) {
           // f32 and quantized hold the file's values exactly (quantized takes its inputs to 24 bits); bf16
