@@ -15,6 +15,7 @@
 #include <span>
 #include <vector>
 
+#include "specdec/detail/quiet_warnings.hpp"
 #include "specdec/error.hpp"
 #include "specdec/tensor.hpp"
 
@@ -40,14 +41,9 @@ inline void validate(const SamplingParams& params) {
     detail::fail("top_p must be in (0, 1], got ", params.top_p);
 }
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-// GCC 12 reports its own AVX-512 intrinsics ('__Y' in avx512fintrin.h), which Eigen's vectorised maxCoeff and exp
-// inline into argmax and top_probability, as used uninitialised: without this, a program that calls them and is
-// built with -Wall -march=native on an AVX-512 machine got 29-69 false positives.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+// Eigen's vectorised maxCoeff and exp, inlined into argmax and top_probability, draw GCC 12's false positives
+// (see quiet_warnings.hpp) in programs that include Eigen before specdec: 29 at -O2 for one call.
+SPECDEC_AVX512_WARNINGS_OFF
 
 /// Index of the largest value; the lowest index wins a tie. requires: !row.empty(), no NaN.
 /// One pass: the maximum of each 512-value block (vectorised), keeping the first block that holds the largest
@@ -93,9 +89,7 @@ inline double top_probability(std::span<const float> row) {
   const Eigen::Map<const Eigen::ArrayXf> values(row.data(), static_cast<Eigen::Index>(row.size()));
   return 1.0 / static_cast<double>((values - values.maxCoeff()).exp().sum());
 }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+SPECDEC_AVX512_WARNINGS_ON
 
 namespace detail {
 

@@ -27,12 +27,7 @@
 
 namespace specdec::llama::detail {
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-// GCC 12 flags the _mm512_undefined_ps() inside its own intrinsics (a known false positive).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
+SPECDEC_AVX512_WARNINGS_OFF
 
 /// e^x within about 2 ulp for x in [−87.3, 88.3]; inputs outside are clamped (so e^−1000 gives 1e−38, not 0),
 /// NaN to −87.3 as vmaxps clamps it (so a NaN score weighs nothing, on every path alike).
@@ -585,8 +580,6 @@ void attend_group(const AttentionGroup<T>& a, bool portable = false) {
   attend_group_portable(a);
 }
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+SPECDEC_AVX512_WARNINGS_ON
 
 }  // namespace specdec::llama::detail

@@ -2,6 +2,8 @@
 // matmul_dot_kernels.hpp, attention.hpp).
 #pragma once
 
+#include "specdec/detail/quiet_warnings.hpp"  // SPECDEC_AVX512_WARNINGS_OFF / _ON
+
 #if defined(__GNUC__)
 #define SPECDEC_ALWAYS_INLINE inline __attribute__((always_inline))
 #define SPECDEC_ALWAYS_INLINE_LAMBDA __attribute__((always_inline))

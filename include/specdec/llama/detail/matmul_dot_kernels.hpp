@@ -111,11 +111,7 @@ inline void store_bytes_avx2(const __m256i (&v)[4], std::byte* out) {
 /// quantize_block_portable with AVX-512 or AVX2: the same float operations (max is exact in any order; the
 /// conversion rounds to nearest even like nearbyint in the default mode; |x·inverse| <= 127 up to rounding, so
 /// clamping the integers equals clamping the floats), so the same bytes for finite inputs.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12: its own _mm512_undefined_* and
-#pragma GCC diagnostic ignored "-Wuninitialized"        // _mm512_reduce_max_ps (false positives)
-#endif
+SPECDEC_AVX512_WARNINGS_OFF  // also _mm512_reduce_max_ps's placeholders
 inline void quantize_block(const float* xb, std::byte* e) {
 #if defined(__AVX512F__)
   const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
@@ -256,9 +252,7 @@ inline void quantize_block_wide(const float* xb, std::byte* e) {
   quantize_block_wide_portable(xb, e);
 #endif
 }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+SPECDEC_AVX512_WARNINGS_ON
 
 /// A panel kernel of the block encodings: one panel × P positions, xq the position group's entries.
 using DotKernelFn = void (*)(const MatmulOutput&, std::size_t, const std::byte*);
@@ -433,11 +427,7 @@ inline void matmul_panels_dot_portable(const MatmulOutput& out, std::size_t firs
 }
 
 #if defined(__AVX512VNNI__)
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-// GCC 12 flags the _mm512_undefined_epi32() inside its own intrinsics (a known false positive).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+SPECDEC_AVX512_WARNINGS_OFF
 /// The dot kernel for R panels × P positions of a block matrix with Digits-digit inputs: per block, the quants
 /// are loaded (and nibbles unpacked) once and used by all R·P integer dot products (8 vpdpbusd per digit: 16 rows
 /// × 4 columns per instruction, the 4 input bytes broadcast), then each sum is finalised in the order the
@@ -556,9 +546,7 @@ void matmul_panels_dot_avx512(const MatmulOutput& out, std::size_t first, std::s
   }
   run_dot_kernels(single, out, first, last, positions, xq, Digits);
 }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+SPECDEC_AVX512_WARNINGS_ON
 #endif  // __AVX512VNNI__
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !defined(__AVX512VNNI__)

@@ -230,11 +230,7 @@ const float* prepared_inputs(const float* x, std::size_t x_stride, std::size_t p
 #endif
 
 #if defined(__AVX512F__)
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-// GCC 12 flags the _mm512_undefined_epi32() inside its own intrinsics (a known false positive).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+SPECDEC_AVX512_WARNINGS_OFF
 // ---------------------------------------------------------------------------------------------------------
 // AVX-512 path. Each visitor loads (and widens) R panels' weights for one column at a time and hands
 // them to fn(w, k); the kernel multiplies them into R × P accumulators.
@@ -444,9 +440,7 @@ void matmul_panels_avx512(const MatmulOutput& out, std::size_t first, std::size_
   }
 }
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+SPECDEC_AVX512_WARNINGS_ON
 #endif  // __AVX512F__
 
 #if defined(SPECDEC_HAVE_AVX2_FLOAT)

@@ -1,0 +1,19 @@
+// specdec/detail/quiet_warnings.hpp — SPECDEC_AVX512_WARNINGS_OFF / _ON around code that GCC 12 misreports.
+//
+// GCC 12 reports the placeholder operand of its own AVX-512 intrinsics (`__m512 __Y = __Y;` from
+// _mm512_undefined_ps and the like, in avx512fintrin.h) as used uninitialised wherever code that uses those
+// intrinsics is inlined: Eigen's vectorised reductions and exp, and specdec's kernels. Built with -Wall
+// -march=native on an AVX-512 machine, examples/generate.cpp got 69 such warnings and examples/quickstart.cpp
+// 35. The pair switches -Wuninitialized and -Wmaybe-uninitialized off for the source text between them.
+#pragma once
+
+#if defined(__GNUC__) && !defined(__clang__)
+#define SPECDEC_AVX512_WARNINGS_OFF                                   \
+  _Pragma("GCC diagnostic push")                                      \
+  _Pragma("GCC diagnostic ignored \"-Wuninitialized\"")               \
+  _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
+#define SPECDEC_AVX512_WARNINGS_ON _Pragma("GCC diagnostic pop")
+#else
+#define SPECDEC_AVX512_WARNINGS_OFF
+#define SPECDEC_AVX512_WARNINGS_ON
+#endif
