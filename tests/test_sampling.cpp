@@ -334,8 +334,8 @@ namespace {
 /// A model whose row depends on the last token only: table[last token] are its logits.
 struct TableModel {
   std::vector<std::vector<float>> table;  // [token][vocab]
-  std::vector<Token> context;
-  Logits logits;
+  std::vector<Token> context{};
+  Logits logits{};
   std::size_t vocab_size() const { return table.size(); }
   std::size_t context_size() const { return context.size(); }
   void truncate(std::size_t n) { context.resize(std::min(n, context.size())); }

@@ -95,8 +95,8 @@ Tokenizer toy_tokenizer() {
 struct TinyGguf {
   std::string model = "gpt2";
   std::string pre = "smollm";  // empty: no key
-  std::vector<std::int32_t> types;
-  std::optional<std::uint32_t> bos;
+  std::vector<std::int32_t> types{};
+  std::optional<std::uint32_t> bos{};
   std::vector<std::string> merges = {"a b"};
 
   specdec::gguf::File build() const {

@@ -42,11 +42,11 @@ class Tokenizer {
  public:
   /// The raw tables a tokenizer is built from, as stored in a GGUF file.
   struct Vocabulary {
-    std::vector<std::string> tokens;  // [vocab] token text in the byte-level alphabet (" the" is "Ġthe")
-    std::vector<std::int32_t> types;  // [vocab] TokenType values, or empty (all normal)
-    std::vector<std::string> merges;  // [rules] "left right"; the index is the rank
-    Token bos = -1;                   // -1: none
-    Token eos = -1;                   // -1: none
+    std::vector<std::string> tokens;    // [vocab] token text in the byte-level alphabet (" the" is "Ġthe")
+    std::vector<std::int32_t> types{};  // [vocab] TokenType values, or empty (all normal)
+    std::vector<std::string> merges{};  // [rules] "left right"; the index is the rank
+    Token bos = -1;                     // -1: none
+    Token eos = -1;                     // -1: none
   };
 
   /// Builds a tokenizer from raw tables.
