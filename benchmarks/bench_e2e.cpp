@@ -32,7 +32,6 @@
 #include <algorithm>
 #include <array>
 #include <numeric>
-#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -48,15 +47,15 @@
 #include <specdec/llama/llama.hpp>
 #include <specdec/specdec.hpp>
 
+#include "bench_env.hpp"
+
 namespace {
 
 using namespace specdec;
 namespace fs = std::filesystem;
 
-std::string env(const char* name, const std::string& fallback) {
-  const char* value = std::getenv(name);
-  return value && *value ? value : fallback;
-}
+using bench::env_count;
+std::string env(const char* name, const std::string& fallback) { return bench::env_text(name, fallback); }
 
 /// The task kinds: folders of benchmarks/tasks/, in the order they run.
 constexpr std::array<const char*, 3> kTaskKinds = {"grounded", "chat", "code"};
@@ -114,8 +113,8 @@ struct Bench {
       : file(gguf::File::open(env("SPECDEC_MODEL", SPECDEC_SOURCE_DIR "/models/SmolLM2-135M-Instruct.Q4_1.gguf"))),
         tokenizer(llama::Tokenizer::from_gguf(file)),
         target(llama::LlamaWeights::load(file, format()), 4096,
-               std::make_shared<llama::ThreadPool>(std::stoul(env("SPECDEC_THREADS", "1"))), kv_format()),
-        max_new_tokens(std::stoul(env("SPECDEC_BENCH_TOKENS", "256"))) {
+               std::make_shared<llama::ThreadPool>(env_count("SPECDEC_THREADS", 1, 1, 1024)), kv_format()),
+        max_new_tokens(env_count("SPECDEC_BENCH_TOKENS", 256, 1, 3072)) {
     if (const std::string path = env("SPECDEC_BENCH_DRAFT_MODEL", ""); !path.empty()) {
       const gguf::File draft_file = gguf::File::open(path);
       llama::check_same_vocabulary(llama::Tokenizer::from_gguf(draft_file), tokenizer);
@@ -150,13 +149,11 @@ SamplingParams sampled_params() { return {.temperature = 0.7f, .top_p = 0.95f}; 
 
 /// Seeds per task in the sampled interleaved comparison: SPECDEC_BENCH_SEEDS, default 3.
 std::size_t sampled_seeds() {
-  const std::size_t seeds = std::stoul(env("SPECDEC_BENCH_SEEDS", "3"));
-  if (seeds == 0) detail::fail("SPECDEC_BENCH_SEEDS must be at least 1");
-  return seeds;
+  return env_count("SPECDEC_BENCH_SEEDS", 3, 1, 1000);
 }
 
 /// Cost samples per width for the cost table: SPECDEC_BENCH_REPEATS, default 15.
-std::size_t default_repeats() { return std::stoul(env("SPECDEC_BENCH_REPEATS", "15")); }
+std::size_t default_repeats() { return env_count("SPECDEC_BENCH_REPEATS", 15, 1, 10000); }
 
 /// Fills `model` with `context` tokens (the tasks' prompts, then newlines), without logits where the model can
 /// (append); returns them followed by `width` more tokens to time forward calls of up to `width` positions with.
@@ -225,21 +222,40 @@ double draft_step_seconds(Draft& draft, const std::string& kind, std::size_t rep
   return median_forward_seconds(draft, bench.cost_context.at(kind), {1}, target_step, repeats)[0];
 }
 
+/// A benchmark draft's name parsed: "ngram" or "ngram:N" (prompt lookup, n-grams up to N), "early-exit:L" (the
+/// target's first L layers) or "model" (SPECDEC_BENCH_DRAFT_MODEL). Throws naming the draft otherwise.
+struct DraftName {
+  enum class Kind { ngram, early_exit, model } kind;
+  std::size_t size = 0;  // N or L
+
+  explicit DraftName(const std::string& name) {
+    if (name == "ngram") {
+      kind = Kind::ngram, size = PromptLookupDraft::kDefaultMaxNgram;
+    } else if (name.starts_with("ngram:")) {
+      kind = Kind::ngram, size = bench::parse_count(name.substr(6), "draft '" + name + "': n-gram length", 1, 64);
+    } else if (name.starts_with("early-exit:")) {
+      kind = Kind::early_exit, size = bench::parse_count(name.substr(11), "draft '" + name + "': layers", 1, 1024);
+    } else if (name == "model" && !env("SPECDEC_BENCH_DRAFT_MODEL", "").empty()) {
+      kind = Kind::model;
+    } else {
+      detail::fail("unknown benchmark draft '", name, "' (ngram, ngram:N, early-exit:L, or model with SPECDEC_BENCH_DRAFT_MODEL)");
+    }
+  }
+};
+
 /// Calls `f(draft)` with the draft model a name stands for.
 template <class F>
 void with_draft(const std::string& name, F&& f) {
   Bench& bench = Bench::get();
-  if (name == "ngram" || name.starts_with("ngram:")) {
-    const std::size_t n = name == "ngram" ? PromptLookupDraft::kDefaultMaxNgram : std::stoul(name.substr(6));
-    PromptLookupDraft draft(bench.target.vocab_size(), n, 1);
+  const DraftName parsed(name);
+  if (parsed.kind == DraftName::Kind::ngram) {
+    PromptLookupDraft draft(bench.target.vocab_size(), parsed.size, 1);
     f(draft);
-  } else if (name.starts_with("early-exit:")) {
-    llama::EarlyExitDraft draft(bench.target, std::stoul(name.substr(11)));
+  } else if (parsed.kind == DraftName::Kind::early_exit) {
+    llama::EarlyExitDraft draft(bench.target, parsed.size);
     f(draft);
-  } else if (name == "model" && bench.second_draft) {
-    f(*bench.second_draft);
   } else {
-    detail::fail("unknown benchmark draft '", name, "'");
+    f(*bench.second_draft);
   }
 }
 
@@ -793,16 +809,7 @@ void BM_Replay(benchmark::State& state, const std::string& kind, const std::stri
 
 /// A draft length from a setting; `setting` names it in the error.
 std::size_t parse_k(const std::string& text, const std::string& setting) {
-  std::size_t used = 0;
-  std::size_t k = 0;
-  try {
-    k = std::stoul(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])))
-    throw std::runtime_error(setting + ": '" + text + "' is not a draft length");
-  return k;
+  return bench::parse_count(text, setting + ": draft length", 1, 64);
 }
 
 /// Throws unless every item of a setting is one of `known`.
@@ -818,6 +825,7 @@ void check_known(const std::vector<std::string>& items, const std::vector<std::s
 
 /// Registers everything in the order it must run: costs, then per kind and mode the plain baseline first.
 int register_benchmarks() {
+  (void)sampled_seeds(), (void)default_repeats();  // a bad count ends the run now, not after the baselines
   const auto drafts_env = split(env("SPECDEC_BENCH_DRAFTS", "ngram,early-exit:4,early-exit:10"));
   std::vector<std::string> drafts = drafts_env;
   if (!env("SPECDEC_BENCH_DRAFT_MODEL", "").empty()) drafts.push_back("model");
@@ -841,6 +849,7 @@ int register_benchmarks() {
   std::vector<std::pair<std::string, std::vector<std::size_t>>> plan;
   for (auto d : drafts) {
     auto own = ks_of(d);
+    (void)DraftName(d);  // a bad name ends the run now, not after the baselines
     plan.emplace_back(d, own);
   }
   // The cost table covers every k that any draft runs.

@@ -38,6 +38,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -49,29 +50,39 @@
 
 #include "specdec/llama/llama_model.hpp"
 #include "specdec/llama/matmul.hpp"
+#include "bench_env.hpp"
 
 namespace {
 
 using specdec::llama::LlamaModel;
 using specdec::llama::WeightFormat;
 
-std::string model_path() {
-  const char* env = std::getenv("SPECDEC_MODEL");
-  return env ? env : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+/// The most positions a BM_LlamaForward benchmark forwards at once (see positions()).
+constexpr std::size_t max_positions = 16;
+
+/// The run's settings, read once from the environment (see the file comment): SPECDEC_MODEL, SPECDEC_THREADS (1),
+/// SPECDEC_CONTEXT (256) and SPECDEC_KV_FORMAT (f16, f32 or q8, default the library's). A bad value throws
+/// std::invalid_argument naming it; main reads them before any benchmark runs.
+struct Settings {
+  std::string model = specdec::bench::env_text("SPECDEC_MODEL", "models/SmolLM2-135M-Instruct.Q4_1.gguf");
+  std::size_t threads = specdec::bench::env_count("SPECDEC_THREADS", 1, 1, 1024);
+  std::size_t context = specdec::bench::env_count("SPECDEC_CONTEXT", 256, 0, std::size_t{1} << 20);
+  specdec::llama::KvFormat kv_format = read_kv_format();
+
+  static specdec::llama::KvFormat read_kv_format() {
+    const std::string name = specdec::bench::env_text("SPECDEC_KV_FORMAT", "");
+    if (name.empty()) return specdec::llama::LoadOptions{}.kv_format;
+    if (const auto f = specdec::llama::kv_format_from_string(name)) return *f;
+    throw std::invalid_argument("SPECDEC_KV_FORMAT '" + name + "' is not f16, f32 or q8");
+  }
+};
+
+const Settings& settings() {
+  static const Settings s;
+  return s;
 }
 
-std::size_t threads() {
-  const char* env = std::getenv("SPECDEC_THREADS");
-  return env ? std::max(1, std::atoi(env)) : 1;
-}
-
-/// SPECDEC_KV_FORMAT (f16, f32 or q8), default the library's.
-specdec::llama::KvFormat kv_format() {
-  const char* env = std::getenv("SPECDEC_KV_FORMAT");
-  if (!env) return specdec::llama::LoadOptions{}.kv_format;
-  if (const auto f = specdec::llama::kv_format_from_string(env)) return *f;
-  throw std::invalid_argument(std::string("SPECDEC_KV_FORMAT '") + env + "' is not f16, f32 or q8");
-}
+std::size_t threads() { return settings().threads; }
 
 std::shared_ptr<specdec::llama::ThreadPool> shared_pool() {
   static auto pool = std::make_shared<specdec::llama::ThreadPool>(threads());
@@ -238,16 +249,16 @@ LlamaModel& model(WeightFormat format) {
   if (!m) {
     specdec::llama::LoadOptions options;
     options.format = format;
-    options.max_context = 512;
+    options.max_context = settings().context + max_positions;
     options.threads = threads();
-    auto loaded = LlamaModel::load(model_path(), options);
-    m = std::make_unique<LlamaModel>(loaded.weights(), options.max_context, shared_pool(), kv_format());
+    auto loaded = LlamaModel::load(settings().model, options);
+    m = std::make_unique<LlamaModel>(loaded.weights(), options.max_context, shared_pool(), settings().kv_format);
   }
   return *m;
 }
 
 void forward(benchmark::State& state, WeightFormat format) {
-  const std::size_t context = std::getenv("SPECDEC_CONTEXT") ? std::size_t(std::atoi(std::getenv("SPECDEC_CONTEXT"))) : 256;
+  const std::size_t context = settings().context;
   LlamaModel& m = model(format);
   std::mt19937 rng(7);
   std::vector<specdec::Token> tokens(context + static_cast<std::size_t>(state.range(0)));
@@ -380,7 +391,7 @@ void BM_FmaPeak(benchmark::State& state) {
 double minimum(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
 
 void positions(benchmark::internal::Benchmark* b) {
-  for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16}) b->Arg(n);
+  for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16}) b->Arg(n);  // up to max_positions
   b->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", minimum);
 }
 
@@ -407,3 +418,18 @@ BENCHMARK(BM_LlamaForward_quantized)->Apply(positions);
 BENCHMARK(BM_LlamaForward_quantized_dot)->Apply(positions);
 
 }  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  try {
+    settings();  // a bad setting or model path ends the run here, before any benchmark
+    (void)specdec::gguf::File::open(settings().model);
+    benchmark::RunSpecifiedBenchmarks();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_llama_forward: %s\n", e.what());
+    return 2;
+  }
+  benchmark::Shutdown();
+  return 0;
+}
