@@ -275,7 +275,7 @@ TEST_CASE("bad arguments and misbehaving models raise specdec::Error naming the 
                     Catch::StartsWith("temperature must be a finite number >= 0, got "));
   // Below the smallest normal float, 1/temperature overflows and the probabilities would be NaN.
   CHECK_THROWS_WITH(SpeculativeDecoder(draft, target, CoupledSampling{{.temperature = 1e-40f}}),
-                    Catch::StartsWith("temperature must be 0 (greedy) or at least 1.17549e-38, got "));
+                    Catch::StartsWith("temperature must be 0 (greedy) or at least 1.17549435e-38, got "));
   CHECK_NOTHROW(SpeculativeDecoder(draft, target, CoupledSampling{{.temperature = 2e-38f}}));
   CHECK_THROWS_WITH(SpeculativeDecoder(draft, target, RejectionSampling{{.top_p = 0.0f}}), "top_p must be in (0, 1], got 0");
   CHECK_THROWS_WITH(SpeculativeDecoder(draft, target, CoupledSampling{{.top_p = 1.5f}}), "top_p must be in (0, 1], got 1.5");

@@ -165,6 +165,30 @@ TEST_CASE("inverse-cdf sampling picks the first index whose cumulative mass exce
   CHECK(sample_index(p, 0.9999999) == 4);
 }
 
+TEST_CASE("the sampling functions reject bad input with a specdec::Error that names it", "[sampling]") {
+  const std::vector<float> row{0.0f, 100.0f, -100.0f, 50.0f};
+  std::vector<double> out;
+  CHECK_THROWS_WITH(transform_logits(row, {.temperature = -1.0f}, out), "temperature must be a finite number >= 0, got -1");
+  CHECK_THROWS_WITH(transform_logits(row, {.temperature = std::nanf("")}, out),
+                    Catch::StartsWith("temperature must be a finite number >= 0, got "));
+  CHECK_THROWS_WITH(transform_logits(row, {.temperature = 1e-45f}, out),
+                    "temperature must be 0 (greedy) or at least 1.17549435e-38, got 1.40129846e-45");
+  // Every digit of the rejected value: 1 + 2^-23 is not "1".
+  CHECK_THROWS_WITH(transform_logits(row, {.top_p = std::nextafter(1.0f, 2.0f)}, out),
+                    "top_p must be in (0, 1], got 1.00000012");
+  CHECK_THROWS_WITH(transform_logits({}, {}, out), "transform_logits of an empty logits row");
+  CHECK_THROWS_WITH(argmax({}), "argmax of an empty logits row");
+
+  const std::vector<double> zero{0.0, 0.0}, nan{0.5, std::nan("")}, p{0.25, 0.75};
+  CHECK_THROWS_WITH(sample_index(zero, 0.5), "sample_index needs probabilities with a positive, finite sum, got 0 over 2 entries");
+  CHECK_THROWS_WITH(sample_index(nan, 0.5), Catch::StartsWith("sample_index needs probabilities with a positive, finite sum, got "));
+  CHECK_THROWS_WITH(sample_index({}, 0.5), "sample_index needs probabilities with a positive, finite sum, got 0 over 0 entries");
+  CHECK_THROWS_WITH(sample_index(p, 1.0), "sample_index needs u in [0, 1), got 1");
+  CHECK_THROWS_WITH(sample_index(p, -0.25), "sample_index needs u in [0, 1), got -0.25");
+  CHECK_THROWS_AS(sample_index(p, std::nan("")), Error);
+  CHECK(sample_index(p, 0.0) == 0);
+}
+
 TEST_CASE("on long sparse rows inverse-cdf sampling and top-p keep what plain scans would, in every block", "[sampling]") {
   // Both skip zero or negligible entries 64 at a time by bit masks; the row lengths put the kept entries in
   // full blocks, in a partial last block and on the blocks' edges.

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cassert>
+#include <iomanip>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -24,6 +26,15 @@ template <class... Parts>
   std::ostringstream out;
   (out << ... << std::forward<Parts>(parts));
   throw Error(out.str());
+}
+
+/// A floating-point value as text with every digit its type needs to be read back exactly (1.00000012, not
+/// 1), for messages that quote a rejected value.
+template <class T>
+std::string exact(T value) {
+  std::ostringstream out;
+  out << std::setprecision(std::numeric_limits<T>::max_digits10) << value;
+  return out.str();
 }
 
 }  // namespace detail

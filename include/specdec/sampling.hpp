@@ -28,29 +28,32 @@ struct SamplingParams {
   float top_p = 1.0f;        // keep the smallest set of most probable tokens whose mass reaches top_p; in (0, 1]
 };
 
-/// Throws specdec::Error naming the parameter when `params` is out of range.
+/// Throws specdec::Error naming the parameter when `params` is out of range (values printed with every digit
+/// a float needs, so that a top_p of 1 + 2^-23 does not read as "got 1").
 inline void validate(const SamplingParams& params) {
+  using detail::exact;
   if (!(params.temperature >= 0.0f) || !std::isfinite(params.temperature))
-    detail::fail("temperature must be a finite number >= 0, got ", params.temperature);
+    detail::fail("temperature must be a finite number >= 0, got ", exact(params.temperature));
   // Logits are scaled by 1/temperature, which overflows to infinity below the smallest normal float (and
   // (max − max)·inf is NaN): such a temperature is rejected rather than turned into NaN probabilities.
   if (params.temperature > 0.0f && params.temperature < std::numeric_limits<float>::min())
-    detail::fail("temperature must be 0 (greedy) or at least ", std::numeric_limits<float>::min(), ", got ",
-                 params.temperature);
+    detail::fail("temperature must be 0 (greedy) or at least ", exact(std::numeric_limits<float>::min()), ", got ",
+                 exact(params.temperature));
   if (!(params.top_p > 0.0f && params.top_p <= 1.0f))
-    detail::fail("top_p must be in (0, 1], got ", params.top_p);
+    detail::fail("top_p must be in (0, 1], got ", exact(params.top_p));
 }
 
 // Eigen's vectorised maxCoeff and exp, inlined into argmax and top_probability, draw GCC 12's false positives
 // (see quiet_warnings.hpp) in programs that include Eigen before specdec: 29 at -O2 for one call.
 SPECDEC_AVX512_WARNINGS_OFF
 
-/// Index of the largest value; the lowest index wins a tie. requires: !row.empty(), no NaN.
+/// Index of the largest value; the lowest index wins a tie. Throws specdec::Error for an empty row.
+/// requires: no NaN.
 /// One pass: the maximum of each 512-value block (vectorised), keeping the first block that holds the largest
 /// so far; then the first position in that block holding it. (A whole-row maximum followed by a scalar search
 /// for it took 6-9 us per 49k row; this takes 2.)
 inline Token argmax(std::span<const float> row) {
-  SPECDEC_ASSERT(!row.empty());
+  if (row.empty()) detail::fail("argmax of an empty logits row");
   constexpr std::size_t block = 512;
   const float* values = row.data();
   const std::size_t n = row.size();
@@ -230,8 +233,11 @@ inline void transform_dense(std::span<const float> row, const SamplingParams& pa
 ///   z = l / T;  keep z_i >= (k-th largest z) when top_k > 0;  p = softmax(z) over the kept tokens;
 ///   keep the smallest set of most probable tokens whose mass reaches top_p;  renormalise.
 /// With T == 0 the result is one-hot on argmax(row). `out` is resized to row.size(); entries sum to 1.
-/// Exponentials are taken in float (vectorised), sums in double.
+/// Exponentials are taken in float (vectorised), sums in double. Throws specdec::Error for parameters that
+/// validate() rejects and for an empty row.
 inline void transform_logits(std::span<const float> row, const SamplingParams& params, std::vector<double>& out) {
+  validate(params);
+  if (row.empty()) detail::fail("transform_logits of an empty logits row");
   // A one-hot result takes two passes over the row instead of five (110 -> 20 us per row of 49k).
   if (const auto one = one_hot_index(row, params)) {
     out.assign(row.size(), 0.0);
@@ -242,9 +248,14 @@ inline void transform_logits(std::span<const float> row, const SamplingParams& p
 }
 
 /// Inverse-CDF sampling: the first index whose cumulative probability exceeds u * sum(probs).
-/// requires: u in (0, 1), probs non-negative with a positive sum.
+/// Throws specdec::Error unless u is in [0, 1) and the sum of probs is positive and finite.
+/// requires: probs non-negative.
 inline Token sample_index(std::span<const double> probs, double u) {
+  if (!(u >= 0.0 && u < 1.0)) detail::fail("sample_index needs u in [0, 1), got ", detail::exact(u));
   const double total = detail::sum_in_lanes(probs.data(), probs.size());
+  if (!(total > 0.0 && std::isfinite(total)))
+    detail::fail("sample_index needs probabilities with a positive, finite sum, got ", detail::exact(total), " over ",
+                 probs.size(), " entries");
   const double target = u * total;
   double cumulative = 0.0;
   std::size_t last_positive = 0;
