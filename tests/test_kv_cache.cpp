@@ -60,7 +60,25 @@ TEST_CASE("kv cache reports overflow and bad arguments as specdec::Error", "[kv_
                     "kv cache append expects keys and values of [rows, 2], got [1, 3] and [1, 3]");
   CHECK_THROWS_WITH(cache.keys(1, 1), "kv cache layer 1 holds 0 positions, asked for 1");
   CHECK_THROWS_WITH(KvCache(0, 4, 2), "kv cache needs layers, capacity and width > 0, got 0, 4, 2");
+  CHECK_THROWS_WITH(cache.size(2), "kv cache has 2 layers, got layer 2");
+  // Rows for writing in place must lie inside the layer's capacity, in every build (not only under assert).
+  CHECK_THROWS_WITH(cache.key_rows(0, 2, 10), "kv cache rows [2, 2 + 10) of layer 0 are outside its 4 positions");
+  CHECK_THROWS_WITH(cache.value_rows(1, -1, 1), "kv cache rows [-1, -1 + 1) of layer 1 are outside its 4 positions");
+  CHECK_THROWS_WITH(cache.value_rows(1, 5, 0), "kv cache rows [5, 5 + 0) of layer 1 are outside its 4 positions");
+  CHECK_THROWS_WITH(cache.key_rows(1, 0, -2), "kv cache rows [0, 0 + -2) of layer 1 are outside its 4 positions");
+  CHECK_THROWS_WITH(cache.key_rows(2, 0, 1), "kv cache has 2 layers, got layer 2");
+  CHECK(cache.key_rows(1, 1, 3).rows() == 3);
+  CHECK(cache.value_rows(1, 4, 0).rows() == 0);
 }
+
+#if !defined(__SANITIZE_ADDRESS__)  // AddressSanitizer's operator new aborts where it would throw std::bad_alloc
+TEST_CASE("kv cache reports memory it cannot get as specdec::Error", "[kv_cache][errors]") {
+  // 2^46 float rows: 256 TiB, more than a 64-bit Linux process can map whatever the overcommit setting.
+  CHECK_THROWS_WITH(KvCache(1, std::size_t{1} << 46, 1),
+                    "kv cache of 1 layers x 70368744177664 positions x 1 values (562949953421312 bytes of keys and "
+                    "values) could not be allocated");
+}
+#endif
 
 TEST_CASE("kv cache stores any element type, such as half-precision bit patterns", "[kv_cache]") {
   using HalfCache = specdec::BasicKvCache<std::uint16_t>;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <limits>
+#include <new>
 #include <vector>
 
 #include "specdec/detail/eigen_core.hpp"
@@ -45,8 +46,13 @@ class BasicKvCache {
     if (layers > std::numeric_limits<std::size_t>::max() / sizeof(Scalar) / (capacity * width))
       detail::fail("kv cache of ", layers, " layers x ", capacity, " positions x ", width, " values is too large");
     lengths_.assign(layers, 0);
-    keys_.assign(layers * capacity * width, Scalar{});
-    values_ = keys_;
+    try {
+      keys_.assign(layers * capacity * width, Scalar{});
+      values_ = keys_;
+    } catch (const std::bad_alloc&) {
+      detail::fail("kv cache of ", layers, " layers x ", capacity, " positions x ", width, " values (",
+                   2 * layers * capacity * width * sizeof(Scalar), " bytes of keys and values) could not be allocated");
+    }
   }
 
   std::size_t layers() const { return lengths_.size(); }
@@ -58,7 +64,10 @@ class BasicKvCache {
     return lengths_.empty() ? 0 : *std::min_element(lengths_.begin(), lengths_.end());
   }
   /// Positions held by one layer.
-  std::size_t size(std::size_t layer) const { return lengths_.at(layer); }
+  std::size_t size(std::size_t layer) const {
+    check_layer(layer);
+    return lengths_[layer];
+  }
 
   /// Appends rows to one layer. requires: keys and values are [rows, width()].
   /// Throws specdec::Error when the layer would exceed capacity().
@@ -90,7 +99,8 @@ class BasicKvCache {
   /// The first n value rows of a layer: [n, width()]. requires: n <= size(layer).
   RowsView values(std::size_t layer, std::size_t n) const { return view(values_, layer, n); }
 
-  /// Writable rows [start, start + n) of a layer, for in-place writes after reserve().
+  /// Writable rows [start, start + n) of a layer, for in-place writes after reserve(). Throws specdec::Error
+  /// where they reach outside the layer's capacity().
   MutableRowsView key_rows(std::size_t layer, Eigen::Index start, Eigen::Index n) { return rows(keys_, layer, start, n); }
   MutableRowsView value_rows(std::size_t layer, Eigen::Index start, Eigen::Index n) {
     return rows(values_, layer, start, n);
@@ -115,10 +125,12 @@ class BasicKvCache {
       detail::fail("kv cache layer ", layer, " holds ", lengths_[layer], " positions, asked for ", n);
     return RowsView(&all[layer * capacity_ * width_], static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(width_));
   }
-  /// requires: 0 <= start, 0 <= n, start + n <= capacity().
   MutableRowsView rows(Storage& all, std::size_t layer, Eigen::Index start, Eigen::Index n) {
     check_layer(layer);
-    SPECDEC_ASSERT(start >= 0 && n >= 0 && static_cast<std::size_t>(start + n) <= capacity_);
+    if (start < 0 || n < 0 || static_cast<std::size_t>(start) > capacity_ ||
+        static_cast<std::size_t>(n) > capacity_ - static_cast<std::size_t>(start))
+      detail::fail("kv cache rows [", start, ", ", start, " + ", n, ") of layer ", layer, " are outside its ",
+                   capacity_, " positions");
     return MutableRowsView(&all[(layer * capacity_ + static_cast<std::size_t>(start)) * width_], n,
                            static_cast<Eigen::Index>(width_));
   }
