@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
 #include <random>
+#include <string>
 #include <utility>
 
 #include <specdec/specdec.hpp>
@@ -186,6 +188,48 @@ TEST_CASE("adaptive draft length weighs every k up to a huge draft_length in one
   policy.for_each_rate(40, [&](std::size_t k, double r) { CHECK(k == rates.size()); rates.push_back(r); });
   REQUIRE(rates.size() == 41);
   for (std::size_t k : {0, 1, 2, 7, 40}) CHECK(rates[k] == policy.rate(k));
+}
+
+TEST_CASE("adaptive draft length drafts at most max_draft_length whatever draft_length allows", "[draft_length]") {
+  // With draft_length = SIZE_MAX the rates vector once wrapped to size 0 (a crash in the second round), and
+  // 10^7 took a second a round.
+  for (const std::size_t limit : {std::size_t{300}, std::size_t{10'000'000}, std::numeric_limits<std::size_t>::max()}) {
+    AdaptiveDraftLength policy;
+    const GenerateOptions options{.draft_length = limit};
+    for (int round = 0; round < 40; ++round) {
+      const std::size_t k = policy.next(options);
+      REQUIRE(k <= AdaptiveDraftLength::max_draft_length);
+      policy.observe({.requested = k, .drafted = k, .accepted = k, .draft_steps = k, .draft_seconds = 0.0,
+                      .verify_width = k + 1, .verify_seconds = 1.0, .round_seconds = 1.0});
+    }
+    CHECK(policy.next(options) > AdaptiveDraftLength::max_draft_length / 2);  // every draft accepted, for free: k grows
+  }
+  ToyModel target({.vocab = 50}), draft({.vocab = 50, .noise_seed = 7, .noise = 0.5f});
+  SpeculativeDecoder decoder(draft, target, Greedy{}, AdaptiveDraftLength{});
+  const std::vector<Token> prompt{1, 2, 3, 4};
+  const auto out = decoder.generate(prompt, {.max_new_tokens = 8, .draft_length = std::numeric_limits<std::size_t>::max()});
+  CHECK(out.tokens == generate_autoregressive(target, Greedy{}, prompt, {.max_new_tokens = 8}).tokens);
+}
+
+TEST_CASE("adaptive draft length names a tuning field out of range", "[draft_length][errors]") {
+  const GenerateOptions options{.draft_length = 4};
+  const auto rejects = [&](auto&& set, const std::string& message) {
+    AdaptiveDraftLength policy;
+    set(policy);
+    CHECK_THROWS_WITH(policy.next(options), message);
+  };
+  rejects([](auto& p) { p.smoothing = 0.0; }, "AdaptiveDraftLength::smoothing must be in (0, 1], got 0");
+  rejects([](auto& p) { p.smoothing = 5.0; }, "AdaptiveDraftLength::smoothing must be in (0, 1], got 5");
+  rejects([](auto& p) { p.smoothing = std::nan(""); }, "AdaptiveDraftLength::smoothing must be in (0, 1], got nan");
+  rejects([](auto& p) { p.prior_weight = -1.0; }, "AdaptiveDraftLength::prior_weight must be finite and >= 0, got -1");
+  rejects([](auto& p) { p.hysteresis = INFINITY; }, "AdaptiveDraftLength::hysteresis must be finite and >= 0, got inf");
+  rejects([](auto& p) { p.probe_budget = -0.5; }, "AdaptiveDraftLength::probe_budget must be finite and >= 0, got -0.5");
+  rejects([](auto& p) { p.probe_interval = 0; }, "AdaptiveDraftLength::probe_interval must be at least 1, got 0");
+  rejects([](auto& p) { p.max_probe_interval = 4; },
+          "AdaptiveDraftLength::max_probe_interval must be at least probe_interval (8), got 4");
+  AdaptiveDraftLength fine;
+  fine.smoothing = 1.0, fine.prior_weight = 0.0, fine.hysteresis = 0.0, fine.probe_interval = 1, fine.max_probe_interval = 1;
+  CHECK_NOTHROW(fine.next(options));
 }
 
 TEST_CASE("adaptive draft length learns a verify cost that is not linear in the width", "[draft_length]") {

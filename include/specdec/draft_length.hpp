@@ -10,6 +10,7 @@
 #include <iterator>
 #include <vector>
 
+#include "specdec/error.hpp"
 #include "specdec/stats.hpp"
 
 namespace specdec {
@@ -60,7 +61,9 @@ struct FixedDraftLength {
 /// wait doubling (up to `max_probe_interval`) after probes that cost real drafting time; a draft that is dear to
 /// catch up on missed tokens (more than `probe_budget` of a plain round per token, as a model draft's are) probes
 /// only in a generation's first round. begin_generation() (called by the decoder per generate()) restarts the
-/// learning counts and, at k = 0, probes at once. k never exceeds GenerateOptions::draft_length.
+/// learning counts and, at k = 0, probes at once. k never exceeds GenerateOptions::draft_length, nor
+/// max_draft_length (each round weighs every k up to the limit). next() throws specdec::Error naming a tuning
+/// field that is out of range (see validate()).
 class AdaptiveDraftLength {
  public:
   // Defaults tuned by replaying the benchmark's greedy prompt-lookup tasks against two measured cost tables
@@ -74,8 +77,32 @@ class AdaptiveDraftLength {
   std::size_t max_probe_interval = 256;  // the longest wait between probes
   double probe_budget = 0.02;      // what feeding a draft one missed token may cost, relative to a plain round
 
+  /// The longest round this policy drafts, whatever GenerateOptions::draft_length allows: a verify pass of
+  /// 257 positions is a prompt's worth of work, and the policy's cost per round grows with the limit.
+  static constexpr std::size_t max_draft_length = 256;
+
+  /// Throws specdec::Error naming the first tuning field out of range: smoothing in (0, 1], prior_weight,
+  /// hysteresis and probe_budget finite and >= 0, probe_interval >= 1, max_probe_interval >= probe_interval.
+  void validate() const {
+    using detail::exact;
+    if (!(smoothing > 0.0 && smoothing <= 1.0))
+      detail::fail("AdaptiveDraftLength::smoothing must be in (0, 1], got ", exact(smoothing));
+    const auto finite_non_negative = [](double v) { return v >= 0.0 && std::isfinite(v); };
+    if (!finite_non_negative(prior_weight))
+      detail::fail("AdaptiveDraftLength::prior_weight must be finite and >= 0, got ", exact(prior_weight));
+    if (!finite_non_negative(hysteresis))
+      detail::fail("AdaptiveDraftLength::hysteresis must be finite and >= 0, got ", exact(hysteresis));
+    if (!finite_non_negative(probe_budget))
+      detail::fail("AdaptiveDraftLength::probe_budget must be finite and >= 0, got ", exact(probe_budget));
+    if (probe_interval == 0) detail::fail("AdaptiveDraftLength::probe_interval must be at least 1, got 0");
+    if (max_probe_interval < probe_interval)
+      detail::fail("AdaptiveDraftLength::max_probe_interval must be at least probe_interval (", probe_interval,
+                   "), got ", max_probe_interval);
+  }
+
   std::size_t next(const GenerateOptions& options) {
-    const std::size_t max_k = options.draft_length;
+    validate();
+    const std::size_t max_k = std::min(options.draft_length, max_draft_length);
     if (max_k == 0) return current_ = 0;
     if (!measured_) return current_ = 1;  // first round: one cheap draft step to measure
     rates_.resize(max_k + 1);
