@@ -426,6 +426,12 @@ TEST_CASE("bad tokens, context overflow and bad tensors are reported with the nu
                       Catch::Contains("holds 6 of max_context 8 positions, cannot append 3"));
   REQUIRE(model.context_size() == 6);
   REQUIRE(model.forward(std::vector<Token>{}).rows() == 0);
+#if !defined(__SANITIZE_ADDRESS__)  // AddressSanitizer's operator new aborts where it would throw std::bad_alloc
+  // 2^40 positions: petabytes of cache, more than a 64-bit Linux process can map (it was a bare std::bad_alloc).
+  REQUIRE_THROWS_WITH(LlamaModel(tiny_weights(WeightFormat::quantized), std::size_t{1} << 40, nullptr),
+                      Catch::StartsWith("llama model of max_context 1099511627776: kv cache of ") &&
+                          Catch::EndsWith("could not be allocated"));
+#endif
 
   REQUIRE_THROWS_WITH(tiny_weights(WeightFormat::f32, skipping("blk.1.ffn_up.weight")),
                       Catch::Contains("missing tensor blk.1.ffn_up.weight, expected dims [64, 96]"));

@@ -30,6 +30,7 @@
 #include <exception>
 #include <filesystem>
 #include <memory>
+#include <new>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -137,6 +138,29 @@ class Transformer {
     if (layers == 0 || layers > c.layers)
       specdec::detail::fail("llama model runs 1 to ", c.layers, " layers, got ", layers);
     if (max_context == 0) specdec::detail::fail("llama model needs max_context > 0, got 0");
+    // A max_context too large for memory is a specdec::Error that names it (the cache's own errors prefixed).
+    try {
+      allocate_caches(layers, max_context);
+    } catch (const specdec::Error& e) {
+      specdec::detail::fail("llama model of max_context ", max_context, ": ", e.what());
+    } catch (const std::bad_alloc&) {
+      // Keys (twice: rows and transposed blocks) and values per position and layer, and the RoPE table.
+      const double element = kv_format_ == KvFormat::f32 ? 4.0 : kv_format_ == KvFormat::f16 ? 2.0 : 1.0 + 8.0 / double(c.head_dim);
+      const double per_position = 3.0 * double(layers * c.kv_heads * c.head_dim) * element + 4.0 * double(c.rope_dims);
+      specdec::detail::fail("llama model of max_context ", max_context, ": out of memory for its caches (",
+                            per_position / 1024.0, " KiB a position, ", per_position * double(max_context) / double(1 << 30),
+                            " GiB in all)");
+    }
+    input_digits_ = quantized_input_digits(weights_->format());
+    // Threads that wait for each other by spinning need a core each: with more threads than cores this process
+    // may use, forwards of one position took 7x the time together (4 threads on 2 cores) where run_blocks' jobs
+    // took 1.2x.
+    together_ = pool_->threads() > 1 && pool_->threads() <= detail::usable_cores();
+  }
+
+  /// The KV cache, the transposed key blocks, the q8 scales, the RoPE table and the score rows for max_context.
+  void allocate_caches(std::size_t layers, std::size_t max_context) {
+    const LlamaConfig& c = weights_->config();
     blocks_ = (max_context + key_block - 1) / key_block;
     with_kv([&](auto& kv, auto& keys_t) {
       using Cache = std::remove_reference_t<decltype(kv)>;
@@ -158,11 +182,6 @@ class Transformer {
       }
     score_stride_ = blocks_ * key_block;
     scores_.resize(pool_->threads() * (c.heads / c.kv_heads) * attention_span() * score_stride_);
-    input_digits_ = quantized_input_digits(weights_->format());
-    // Threads that wait for each other by spinning need a core each: with more threads than cores this process
-    // may use, forwards of one position took 7x the time together (4 threads on 2 cores) where run_blocks' jobs
-    // took 1.2x.
-    together_ = pool_->threads() > 1 && pool_->threads() <= detail::usable_cores();
   }
 
   const LlamaConfig& config() const { return weights_->config(); }
