@@ -278,9 +278,14 @@ int run_main(int argc, char** argv) {
 
   const std::string prompt_text = args.chat ? Tokenizer::chat_prompt(args.prompt) : args.prompt;
   const std::vector<Token> prompt = tokenizer.encode(prompt_text);
-  if (prompt.empty())
-    throw UsageError(args.prompt.empty() ? "--prompt is empty"
-                                         : "--prompt has no byte that this vocabulary has a token for (it has none for F5-FF)");
+  // The tokenizer drops a byte it has no token for (as llama.cpp does); the model would not see the prompt given.
+  if (const auto at = tokenizer.first_dropped_byte(args.prompt)) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned>(static_cast<unsigned char>(args.prompt[*at])));
+    throw UsageError(std::string("--prompt byte ") + hex + " at offset " + std::to_string(*at) +
+                     " has no token in this vocabulary (the tokenizer would drop it)");
+  }
+  if (prompt.empty()) throw UsageError("--prompt is empty");
   if (prompt.size() > args.max_context || args.max_tokens > args.max_context - prompt.size())  // no wrap-around
     throw UsageError("prompt (" + std::to_string(prompt.size()) + " tokens) + --max-tokens (" +
                      std::to_string(args.max_tokens) + ") exceeds --max-context " + std::to_string(args.max_context));

@@ -118,9 +118,14 @@ for args, message in errors:
     lines = r.stderr.strip().splitlines()
     check(f"error {args}", r.returncode == 2 and len(lines) == 1 and message in lines[0] and r.stdout == "",
           f"rc={r.returncode} {r.stderr!r} stdout {r.stdout!r}")
-r = subprocess.run([binary.encode(), b"--model", model.encode(), b"--prompt", b"\xff\xfe"], capture_output=True)
-check("a prompt of bytes without tokens", r.returncode == 2 and b"--prompt has no byte" in r.stderr and r.stdout == b"",
-      r.stderr)
+for prompt, message in [(b"\xff\xfe", b"--prompt byte 0xFF at offset 0 has no token"),
+                        (b"The capital\xfe of France is", b"--prompt byte 0xFE at offset 11 has no token"),
+                        (b"tab\tEOT\x04", b"--prompt byte 0x04 at offset 7 has no token")]:
+    r = subprocess.run([binary.encode(), b"--model", model.encode(), b"--prompt", prompt, b"--max-tokens", b"2"],
+                       capture_output=True)
+    check(f"a prompt with a byte without a token {prompt!r}",
+          r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1 and r.stdout == b"",
+          r.stderr)
 r = subprocess.run([binary, "--model", "/nonexistent/model.gguf"], capture_output=True, text=True)
 check("missing model file", r.returncode == 2 and "/nonexistent/model.gguf" in r.stderr, r.stderr)
 with open(sys.argv[0], "rb") as f:

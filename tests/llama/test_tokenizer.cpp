@@ -156,6 +156,19 @@ TEST_CASE("decode inverts encode on utf-8, digits, whitespace runs, code and inv
   CHECK(tok.decode(tok.encode("a\x04" "b\xC0\xFF")) == "ab");
   // Such a byte blocks merges across it, as in llama.cpp (Hugging Face tokenizers would give "!!" = 10095).
   CHECK(tok.encode("!\x04!") == std::vector<Token>{17, 17});
+  // first_dropped_byte finds them: exactly the bytes that encode drops, outside special tokens.
+  CHECK(tok.first_dropped_byte("a\x04" "b\xC0\xFF") == 1u);
+  CHECK(tok.first_dropped_byte("invalid \xC3 utf-8 \x80 truncated \xE6\x97 kept") == std::nullopt);
+  CHECK(tok.first_dropped_byte("<|im_start|>user\n\xFE") == 17u);
+  CHECK(tok.first_dropped_byte("") == std::nullopt);
+  std::size_t dropped = 0;
+  for (int b = 0; b < 256; ++b) {
+    const std::string one(1, static_cast<char>(b));
+    INFO("byte " << b);
+    CHECK(tok.first_dropped_byte(one).has_value() == tok.encode(one).empty());
+    dropped += tok.encode(one).empty();
+  }
+  CHECK(dropped == 21);  // the count encode's comment gives
 }
 
 TEST_CASE("special tokens are parsed only with parse_special and decode to nothing", "[tokenizer]") {

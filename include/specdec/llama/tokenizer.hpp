@@ -146,9 +146,12 @@ class Tokenizer {
     return stops;
   }
 
-  /// Tokenizes UTF-8 text (invalid bytes are kept and tokenized as bytes). With parse_special, the text of
-  /// control tokens (e.g. "<|im_start|>") becomes that token; without it, it is tokenized as plain text.
-  /// User-defined tokens are always matched. No BOS is prepended.
+  /// Tokenizes UTF-8 text; bytes that are not valid UTF-8 are tokenized as bytes too. A byte whose
+  /// single-byte token the vocabulary lacks is dropped, as llama.cpp drops it (SmolLM2 lacks 21 of the 256:
+  /// 0x04, 0x06, 0x13, 0x14, 0x16, 0x1D, 0xC0, 0xC1, 0xF1, 0xF2 and 0xF5-0xFF); first_dropped_byte() tells
+  /// whether a text has one. With parse_special, the text of control tokens (e.g. "<|im_start|>") becomes that
+  /// token; without it, it is tokenized as plain text. User-defined tokens are always matched. No BOS is
+  /// prepended.
   /// Example: encode(" 2024") -> the tokens for " ", "2", "0", "2", "4".
   std::vector<Token> encode(std::string_view text, bool parse_special = true) const {
     std::vector<Token> out;
@@ -165,6 +168,18 @@ class Tokenizer {
       for (std::string_view word : words) detail::bpe_word(word, byte_tokens_, merges_, bpe_buffers, out);
     }
     return out;
+  }
+
+  /// The offset in `text` of the first byte that encode(text, parse_special) drops because the vocabulary has
+  /// no token for it (see encode), or nullopt where it keeps every byte.
+  std::optional<std::size_t> first_dropped_byte(std::string_view text, bool parse_special = true) const {
+    for (const Fragment& f : partition_special(text, parse_special)) {
+      if (f.token >= 0) continue;
+      for (std::size_t i = 0; i < f.text.size(); ++i)
+        if (byte_tokens_[static_cast<unsigned char>(f.text[i])] < 0)
+          return static_cast<std::size_t>(f.text.data() - text.data()) + i;
+    }
+    return std::nullopt;
   }
 
   /// The bytes a token stands for: normal tokens their decoded bytes (possibly part of a UTF-8 character),
