@@ -163,6 +163,13 @@ TEST_CASE("rounds stay within both models' max_context: speculative decoding run
         }
   CHECK(stopped_short > 0);
 
+  // A prompt longer than the target's context is refused up front, naming both (speculative and plain alike).
+  CappedModel small{ToyModel(target_config()), 4}, any{ToyModel(target_config()), 64};
+  const std::string too_long = "prompt of 5 tokens exceeds the target's max_context of 4 positions";
+  CHECK_THROWS_WITH(generate_autoregressive(small, Greedy{}, prompt, {}), too_long);
+  CHECK_THROWS_WITH(SpeculativeDecoder(any, small).generate(prompt, {}), too_long);
+  CHECK(small.context_size() == 0);  // before any forward call
+
   // A draft too small for the prompt sits out; the target's prompt processing is still timed as prefill.
   CappedModel target{ToyModel(target_config()), 64}, tiny{ToyModel(target_config()), 2};
   const auto sat_out = SpeculativeDecoder(tiny, target).generate(prompt, {.max_new_tokens = 4, .draft_length = 3});

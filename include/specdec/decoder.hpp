@@ -45,11 +45,13 @@ class SpeculativeDecoder {
 
   /// Generates up to options.max_new_tokens tokens after `prompt`. The result equals what fresh, empty models
   /// would give; a prompt prefix the models already hold from an earlier call is reused, not recomputed.
-  /// requires: non-empty prompt of in-vocabulary tokens. returns: the new tokens, statistics, stop reason.
+  /// Throws specdec::Error for an empty prompt, a token outside the vocabulary, or a prompt longer than the
+  /// target's max_context (HasMaxContext). returns: the new tokens, statistics, stop reason.
   Generation generate(std::span<const Token> prompt, const GenerateOptions& options) {
     const auto start = detail::Clock::now();
     const std::size_t vocab = target_.vocab_size();
     detail::check_request(prompt, options, vocab);
+    detail::check_prompt_fits(target_.model(), prompt.size());
     Generation out;
     auto& stats = out.stats;
     stats.prompt_tokens = prompt.size();
@@ -208,6 +210,7 @@ Generation generate_autoregressive(Target& target, Acceptance acceptance, std::s
   detail::TrackedModel<Target> model(target, "target");
   const std::size_t vocab = model.vocab_size();
   detail::check_request(prompt, options, vocab);
+  detail::check_prompt_fits(target, prompt.size());
   Generation out;
   auto& stats = out.stats;
   stats.prompt_tokens = prompt.size();

@@ -36,6 +36,15 @@ inline void check_request(std::span<const Token> prompt, const GenerateOptions& 
     fail("draft_p_min must be in [0, 1], got ", options.draft_p_min);
 }
 
+/// Throws when the prompt alone is longer than the target's max_context (HasMaxContext), naming both, before
+/// any forward call (the model's own overflow error would speak of its cache, not of the prompt).
+template <class M>
+void check_prompt_fits(const M& target, std::size_t prompt_tokens) {
+  if constexpr (HasMaxContext<M>)
+    if (prompt_tokens > static_cast<std::size_t>(target.max_context()))
+      fail("prompt of ", prompt_tokens, " tokens exceeds the target's max_context of ", target.max_context(), " positions");
+}
+
 /// A model together with the tokens the decoder has fed it, so that rollback and prefix reuse are exact.
 template <Model M>
 class TrackedModel {
