@@ -29,26 +29,32 @@ def check(binary, settings, expected, args=()):
         print(f"FAILED: {name}: exit {r.returncode}, stderr {r.stderr!r}, expected {expected!r}")
 
 
-# The filter names one benchmark, so that a setting that were not checked would run it (and this test would see
-# exit 0) instead of ending at once.
-one = ["--benchmark_filter=BM_LlamaForward_quantized_dot/1/"]
-check(forward, {"SPECDEC_CONTEXT": "abc"}, "SPECDEC_CONTEXT 'abc' is not a whole number", one)
-check(forward, {"SPECDEC_CONTEXT": "-5"}, "SPECDEC_CONTEXT '-5'", one)
-check(forward, {"SPECDEC_THREADS": "0"}, "SPECDEC_THREADS '0' is not a whole number from 1", one)
-check(forward, {"SPECDEC_THREADS": "2x"}, "SPECDEC_THREADS '2x'", one)
-check(forward, {"SPECDEC_KV_FORMAT": "f8"}, "SPECDEC_KV_FORMAT 'f8' is not f16, f32 or q8", one)
-check(forward, {"SPECDEC_MODEL": "/nonexistent/model.gguf"}, "'/nonexistent/model.gguf'", one)
-
-cost = ["--benchmark_filter=BM_Cost/clock/start"]
-check(e2e, {"SPECDEC_THREADS": "two"}, "SPECDEC_THREADS 'two' is not a whole number", cost)
-check(e2e, {"SPECDEC_BENCH_TOKENS": "0"}, "SPECDEC_BENCH_TOKENS '0'", cost)
-check(e2e, {"SPECDEC_BENCH_SEEDS": "0"}, "SPECDEC_BENCH_SEEDS '0'", cost)
-check(e2e, {"SPECDEC_BENCH_REPEATS": "1e3"}, "SPECDEC_BENCH_REPEATS '1e3'", cost)
-check(e2e, {"SPECDEC_BENCH_KS": "1,0"}, "SPECDEC_BENCH_KS: draft length '0'", cost)
-check(e2e, {"SPECDEC_BENCH_DRAFTS": "ngram:x"}, "draft 'ngram:x': n-gram length 'x'", cost)
-check(e2e, {"SPECDEC_BENCH_DRAFTS": "early-exit:"}, "draft 'early-exit:': layers ''", cost)
-check(e2e, {"SPECDEC_BENCH_DRAFTS": "lookahead"}, "unknown benchmark draft 'lookahead'", cost)
-check(e2e, {"SPECDEC_MODEL": "/nonexistent/model.gguf"}, "'/nonexistent/model.gguf'", cost)
+# Per binary, a filter naming one benchmark, so that a setting that were not checked would run it (and this test
+# would see exit 0) instead of ending at once; then (variable, value, what the message must contain).
+cases = [
+    (forward, "BM_LlamaForward_quantized_dot/1/", [
+        ("SPECDEC_CONTEXT", "abc", "SPECDEC_CONTEXT 'abc' is not a whole number"),
+        ("SPECDEC_CONTEXT", "-5", "SPECDEC_CONTEXT '-5'"),
+        ("SPECDEC_THREADS", "0", "SPECDEC_THREADS '0' is not a whole number from 1"),
+        ("SPECDEC_THREADS", "2x", "SPECDEC_THREADS '2x'"),
+        ("SPECDEC_KV_FORMAT", "f8", "SPECDEC_KV_FORMAT 'f8' is not f16, f32 or q8"),
+        ("SPECDEC_MODEL", "/nonexistent/model.gguf", "'/nonexistent/model.gguf'"),
+    ]),
+    (e2e, "BM_Cost/clock/start", [
+        ("SPECDEC_THREADS", "two", "SPECDEC_THREADS 'two' is not a whole number"),
+        ("SPECDEC_BENCH_TOKENS", "0", "SPECDEC_BENCH_TOKENS '0'"),
+        ("SPECDEC_BENCH_SEEDS", "0", "SPECDEC_BENCH_SEEDS '0'"),
+        ("SPECDEC_BENCH_REPEATS", "1e3", "SPECDEC_BENCH_REPEATS '1e3'"),
+        ("SPECDEC_BENCH_KS", "1,0", "SPECDEC_BENCH_KS: draft length '0'"),
+        ("SPECDEC_BENCH_DRAFTS", "ngram:x", "draft 'ngram:x': n-gram length 'x'"),
+        ("SPECDEC_BENCH_DRAFTS", "early-exit:", "draft 'early-exit:': layers ''"),
+        ("SPECDEC_BENCH_DRAFTS", "lookahead", "unknown benchmark draft 'lookahead'"),
+        ("SPECDEC_MODEL", "/nonexistent/model.gguf", "'/nonexistent/model.gguf'"),
+    ]),
+]
+for binary, benchmark, settings in cases:
+    for variable, value, expected in settings:
+        check(binary, {variable: value}, expected, [f"--benchmark_filter={benchmark}"])
 
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
