@@ -1,8 +1,13 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <utility>
 
 #include <specdec/kv_cache.hpp>
+
+#if defined(__linux__)
+#include "support/resident_memory.hpp"
+#endif
 
 using specdec::KvCache;
 
@@ -119,3 +124,20 @@ TEST_CASE("kv cache refuses a size that its bytes cannot count", "[kv_cache]") {
   CHECK_THROWS_WITH(KvCache(huge, huge, 1),
                     "kv cache of 1099511627776 layers x 1099511627776 positions x 1 values is too large");
 }
+
+#if defined(__linux__)
+TEST_CASE("kv cache positions never written take no memory and read as zeros", "[kv_cache]") {
+  // 4 layers x 2^20 positions x 64 floats: 1 GiB of keys and 1 GiB of values, of which one position a layer
+  // is written. Zero-filling them up front (as std::vector does) made the resident set grow by the 2 GiB.
+  const std::size_t before = specdec::test::resident_bytes();
+  KvCache cache(4, std::size_t{1} << 20, 64);
+  for (std::size_t layer = 0; layer < 4; ++layer) cache.append(layer, rows_from(1, 1, 64), rows_from(2, 1, 64));
+  const std::size_t grown = specdec::test::resident_bytes() - before;
+  CHECK(grown < (std::size_t{64} << 20));
+  CHECK(cache.keys(3, 1) == rows_from(1, 1, 64));
+  CHECK((cache.key_rows(2, 1, 4096).array() == 0.0f).all());
+  CHECK((cache.value_rows(0, (1 << 20) - 1, 1).array() == 0.0f).all());
+  KvCache moved = std::move(cache);
+  CHECK(moved.values(3, 1) == rows_from(2, 1, 64));
+}
+#endif

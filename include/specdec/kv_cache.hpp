@@ -24,6 +24,8 @@ namespace specdec {
 /// detail/huge_pages.hpp), where each layer was an Eigen matrix of its own in 4 KiB pages: attention reads a
 /// layer's values from memory at every step. The reference model's forwards of one position at context 256
 /// took 0.98-0.99x the time (2 threads, 2026-12-02; no gain at context 2000, 0.975-1.0x at 5 positions).
+/// The arrays start as zeros that, on Linux, take no memory or time until written (detail::ZeroedArray): a cache
+/// sized for a long context costs what it holds.
 template <class Scalar>
 class BasicKvCache {
  public:
@@ -47,8 +49,8 @@ class BasicKvCache {
       detail::fail("kv cache of ", layers, " layers x ", capacity, " positions x ", width, " values is too large");
     lengths_.assign(layers, 0);
     try {
-      keys_.assign(layers * capacity * width, Scalar{});
-      values_ = keys_;
+      keys_ = Storage(layers * capacity * width);  // zeros; on Linux no page is touched until written
+      values_ = Storage(layers * capacity * width);
     } catch (const std::bad_alloc&) {
       detail::fail("kv cache of ", layers, " layers x ", capacity, " positions x ", width, " values (",
                    2 * layers * capacity * width * sizeof(Scalar), " bytes of keys and values) could not be allocated");
@@ -114,7 +116,7 @@ class BasicKvCache {
   void clear() { truncate(0); }
 
  private:
-  using Storage = std::vector<Scalar, detail::HugePageAllocator<Scalar>>;
+  using Storage = detail::ZeroedArray<Scalar>;
 
   void check_layer(std::size_t layer) const {
     if (layer >= lengths_.size()) detail::fail("kv cache has ", lengths_.size(), " layers, got layer ", layer);

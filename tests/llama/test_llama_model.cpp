@@ -16,6 +16,9 @@
 
 #include "specdec/llama/llama_model.hpp"
 #include "support/gguf_writer.hpp"
+#if defined(__linux__)
+#include "support/resident_memory.hpp"
+#endif
 
 // This test program's operator new can be told to fail: fail_allocation_after = k makes the allocation after
 // the next k throw std::bad_alloc, once (-1: never). Used below to run out of memory in the middle of a forward.
@@ -440,6 +443,20 @@ TEST_CASE("bad tokens, context overflow and bad tensors are reported with the nu
   REQUIRE_THROWS_WITH(tiny_weights(WeightFormat::f32, misshaping("token_embd.weight")),
                       Catch::Contains("tensor token_embd.weight has dims [96, 96], expected [64, 96]"));
 }
+
+#if defined(__linux__)
+TEST_CASE("a model sized for a long context takes memory only for the positions it holds", "[llama]") {
+  // 2^20 positions: 384 MiB of f16 keys, values and transposed keys, written as zeros up front before
+  // (the resident set then grew by about 460 MiB); now only the RoPE table (64 MiB) and the score rows are.
+  const std::size_t before = specdec::test::resident_bytes();
+  LlamaModel model(tiny_weights(WeightFormat::quantized_dot), std::size_t{1} << 20, nullptr);
+  const specdec::Logits logits = model.forward(random_tokens(5, 96, 7));
+  const std::size_t grown = specdec::test::resident_bytes() - before;
+  CHECK(grown < (std::size_t{200} << 20));
+  LlamaModel small(tiny_weights(WeightFormat::quantized_dot), 8, nullptr);
+  CHECK(small.forward(random_tokens(5, 96, 7)) == logits);  // the same bits as a model of 8 positions
+}
+#endif
 
 /// Forwards `tokens` on `model`, making the 1st, 2nd, ... allocation of the call fail in turn until it succeeds;
 /// records the context size after each failure.

@@ -1,6 +1,6 @@
 // specdec/detail/huge_pages.hpp — big arrays in 2 MiB-aligned regions advised for transparent huge pages.
-// Entry point: detail::HugePageAllocator (the KV cache; the reference model's transposed keys and, through
-// llama/detail/huge_pages.hpp, its packed weights).
+// Entry points: detail::ZeroedArray (the KV cache and the reference model's transposed keys: zeros that cost
+// nothing until written) and detail::HugePageAllocator (through llama/detail/huge_pages.hpp, the packed weights).
 //
 // An array that a forward pass streams through, tens of megabytes of weights or a kv head's keys and values,
 // spans thousands of 4 KiB pages: the TLB misses on each and the hardware prefetcher stops at each page
@@ -12,8 +12,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <new>
+#include <type_traits>
+#include <utility>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -46,6 +49,41 @@ inline void* allocate_huge_pages(std::size_t bytes) {
   return p;
 }
 
+/// `bytes` of zeros, rounded up to whole huge pages, 2 MiB-aligned and advised for huge pages; release with
+/// release_zeroed_pages(p, bytes). On Linux they are fresh anonymous pages, which the kernel zeroes when each
+/// is first touched, so memory that is never written costs neither time nor resident memory (a KV cache
+/// sized for a long context); elsewhere they are written with zeros here.
+inline void* allocate_zeroed_pages(std::size_t bytes) {
+  const std::size_t rounded = (bytes + huge_page - 1) / huge_page * huge_page;
+#if defined(__linux__)
+  // Map one huge page more than asked and unmap the ends around the 2 MiB-aligned part.
+  if (rounded < bytes || rounded > SIZE_MAX - huge_page) throw std::bad_alloc();
+  void* mapped = mmap(nullptr, rounded + huge_page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapped == MAP_FAILED) throw std::bad_alloc();
+  const auto start = reinterpret_cast<std::uintptr_t>(mapped);
+  const auto aligned = (start + huge_page - 1) / huge_page * huge_page;
+  if (aligned > start) (void)munmap(mapped, aligned - start);
+  if (const std::size_t tail = start + huge_page - aligned; tail > 0)
+    (void)munmap(reinterpret_cast<void*>(aligned + rounded), tail);
+  advise_huge_pages(reinterpret_cast<void*>(aligned), rounded);
+  return reinterpret_cast<void*>(aligned);
+#else
+  void* p = allocate_huge_pages(rounded);
+  std::memset(p, 0, rounded);
+  return p;
+#endif
+}
+
+/// Releases what allocate_zeroed_pages(bytes) returned.
+inline void release_zeroed_pages(void* p, std::size_t bytes) {
+#if defined(__linux__)
+  (void)munmap(p, (bytes + huge_page - 1) / huge_page * huge_page);
+#else
+  (void)bytes;
+  std::free(p);
+#endif
+}
+
 /// std::allocator for big arrays: allocations of 2 MiB or more are 2 MiB-aligned and advised for huge pages.
 template <class T>
 struct HugePageAllocator {
@@ -63,6 +101,56 @@ struct HugePageAllocator {
     std::free(p);
   }
   friend bool operator==(const HugePageAllocator&, const HugePageAllocator&) { return true; }
+};
+
+/// A fixed-size array of numbers that starts as zeros, in memory from allocate_zeroed_pages from 2 MiB up: on
+/// Linux a page costs time and resident memory only once something is written to it, so a KV cache sized for a
+/// context far longer than it will hold costs what it holds. (std::vector's value-initialisation writes every
+/// element.) Copies copy every element.
+template <class T>
+class ZeroedArray {
+  static_assert(std::is_arithmetic_v<T>, "ZeroedArray holds numbers, whose all-zero bytes are the value 0");
+
+ public:
+  ZeroedArray() = default;
+  /// `count` zeros. Throws std::bad_alloc where the memory cannot be had.
+  explicit ZeroedArray(std::size_t count) : size_(count) {
+    if (count == 0) return;
+    if (count > SIZE_MAX / sizeof(T)) throw std::bad_alloc();
+    if (bytes() >= huge_page) {
+      data_ = static_cast<T*>(allocate_zeroed_pages(bytes()));
+    } else {
+      data_ = static_cast<T*>(::operator new(bytes(), std::align_val_t{64}));
+      std::memset(static_cast<void*>(data_), 0, bytes());
+    }
+  }
+  ZeroedArray(const ZeroedArray& other) : ZeroedArray(other.size_) {
+    if (size_ != 0) std::memcpy(static_cast<void*>(data_), other.data_, bytes());
+  }
+  ZeroedArray(ZeroedArray&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+  ZeroedArray& operator=(ZeroedArray other) noexcept {  // copy or move, then swap
+    std::swap(data_, other.data_);
+    std::swap(size_, other.size_);
+    return *this;
+  }
+  ~ZeroedArray() {
+    if (data_ == nullptr) return;
+    if (bytes() >= huge_page) release_zeroed_pages(data_, bytes());
+    else ::operator delete(static_cast<void*>(data_), std::align_val_t{64});
+  }
+
+  std::size_t size() const { return size_; }
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  T& operator[](std::size_t i) { return data_[i]; }
+  const T& operator[](std::size_t i) const { return data_[i]; }
+
+ private:
+  std::size_t bytes() const { return size_ * sizeof(T); }
+
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
 };
 
 }  // namespace specdec::detail

@@ -165,7 +165,7 @@ class Transformer {
     with_kv([&](auto& kv, auto& keys_t) {
       using Cache = std::remove_reference_t<decltype(kv)>;
       kv = Cache(layers * c.kv_heads, max_context, c.head_dim);
-      keys_t.assign(layers * c.kv_heads * blocks_ * key_block * c.head_dim, 0);
+      keys_t = std::remove_reference_t<decltype(keys_t)>(layers * c.kv_heads * blocks_ * key_block * c.head_dim);
     });
     if (kv_format_ == KvFormat::q8) {  // a scale per position, in rows of whole blocks (the kernels read 16)
       key_scales_.assign(layers * c.kv_heads * blocks_ * key_block, 0.0f);
@@ -173,10 +173,13 @@ class Transformer {
     }
     // RoPE table: θ_j = pos·base^(−2j/rope_dims), computed in double once.
     const std::size_t pairs = c.rope_dims / 2;
+    std::vector<double> frequencies(pairs);  // base^(−2j/rope_dims)
+    for (std::size_t j = 0; j < pairs; ++j)
+      frequencies[j] = std::pow(double(c.rope_base), -2.0 * double(j) / double(c.rope_dims));
     rope_.resize(max_context * pairs * 2);
     for (std::size_t pos = 0; pos < max_context; ++pos)
       for (std::size_t j = 0; j < pairs; ++j) {
-        const double theta = double(pos) * std::pow(double(c.rope_base), -2.0 * double(j) / double(c.rope_dims));
+        const double theta = double(pos) * frequencies[j];
         rope_[(pos * pairs + j) * 2] = static_cast<float>(std::cos(theta));
         rope_[(pos * pairs + j) * 2 + 1] = static_cast<float>(std::sin(theta));
       }
@@ -418,7 +421,7 @@ class Transformer {
   }
 
   template <class T>
-  using KeyBlocks = std::vector<T, HugePageAllocator<T>>;
+  using KeyBlocks = specdec::detail::ZeroedArray<T>;  // zeros, untouched until written
 
   /// Calls f(cache, transposed key blocks) for the cache of this model's KvFormat.
   template <class F>
