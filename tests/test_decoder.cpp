@@ -259,6 +259,9 @@ TEST_CASE("draft_p_min ends drafting when the draft is unsure", "[decoder]") {
   CHECK(careful.stats.draft_forward_calls < eager.stats.draft_forward_calls);
   options.draft_p_min = 1.5f;
   CHECK_THROWS_WITH(SpeculativeDecoder(bad, target).generate(prompt, options), "draft_p_min must be in [0, 1], got 1.5");
+  options.draft_p_min = std::nextafter(1.0f, 2.0f);  // printed with 6 digits, this read "got 1"
+  CHECK_THROWS_WITH(SpeculativeDecoder(bad, target).generate(prompt, options),
+                    "draft_p_min must be in [0, 1], got 1.00000012");
 }
 
 TEST_CASE("bad arguments and misbehaving models raise specdec::Error naming the values", "[decoder][errors]") {

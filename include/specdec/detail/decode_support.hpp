@@ -33,7 +33,7 @@ inline void check_request(std::span<const Token> prompt, const GenerateOptions& 
     if (t < 0 || static_cast<std::size_t>(t) >= vocab)
       fail("stop token ", t, " is outside the vocabulary of ", vocab, " tokens");
   if (!(options.draft_p_min >= 0.0f && options.draft_p_min <= 1.0f))
-    fail("draft_p_min must be in [0, 1], got ", options.draft_p_min);
+    fail("draft_p_min must be in [0, 1], got ", exact(options.draft_p_min));
 }
 
 /// Throws when the prompt alone is longer than the target's max_context (HasMaxContext), naming both, before
