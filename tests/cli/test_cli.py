@@ -83,6 +83,16 @@ check("chat answer ends with <|im_end|> within 200 tokens", out["tokens"] and ou
       len(out["tokens"]) <= 200, str(out["tokens"][-5:]))
 check("chat answer mentions Paris", "Paris" in out["text"], out["text"])
 
+# Room for more positions than the model was trained on (8192) is allowed, with one warning on stderr; none
+# where the request stays inside.
+r = run("--chat", "--prompt", "What is the capital of France? Answer in one sentence.", "--max-tokens", "8200",
+        "--max-context", "8300", "--json")
+check("a request past the trained context runs, with a warning naming it",
+      r.returncode == 0 and json.loads(r.stdout)["tokens"][-1] == 2 and
+      "reach past the model's trained context of 8192 positions" in r.stderr, r.stderr)
+check("no such warning inside the trained context", "trained context" not in run(
+    "--prompt", "The capital of France is", "--max-tokens", "4", "--json").stderr)
+
 # Text mode streams the text and prints a summary.
 r = run("--prompt", "The capital of France is", "--max-tokens", "8", "--compare")
 check("text mode streams the continuation", r.returncode == 0 and r.stdout.startswith("The capital of France is"), r.stdout)
