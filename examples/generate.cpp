@@ -289,14 +289,6 @@ int run_main(int argc, char** argv) {
   if (prompt.size() > args.max_context || args.max_tokens > args.max_context - prompt.size())  // no wrap-around
     throw UsageError("prompt (" + std::to_string(prompt.size()) + " tokens) + --max-tokens (" +
                      std::to_string(args.max_tokens) + ") exceeds --max-context " + std::to_string(args.max_context));
-  // Positions past the trained context run (RoPE extends to any position) but the model was not trained on
-  // them: said once, on stderr, as llama.cpp does; not an error.
-  if (const std::size_t trained = target.config().context_length;
-      trained > 0 && prompt.size() + args.max_tokens > trained)
-    std::fprintf(stderr,
-                 "specdec-generate: warning: prompt (%zu tokens) + --max-tokens (%zu) reach past the model's trained "
-                 "context of %zu positions; text beyond it may lose coherence\n",
-                 prompt.size(), args.max_tokens, trained);
 
   GenerateOptions options{.max_new_tokens = args.max_tokens,
                           .draft_length = args.k.value_or(args.adaptive ? 8 : 4),
@@ -310,6 +302,14 @@ int run_main(int argc, char** argv) {
     draft_model = std::make_unique<LlamaModel>(llama::LlamaWeights::load(draft_file, args.format), args.max_context,
                                                target.pool(), args.kv_format);
   }
+  // Positions past the trained context run (RoPE extends to any position), but the model was not trained on
+  // them: said once on stderr, after every check that can fail (llama.cpp warns when its context is larger).
+  if (const std::size_t trained = target.config().context_length;
+      trained > 0 && prompt.size() + args.max_tokens > trained)
+    std::fprintf(stderr,
+                 "specdec-generate: warning: prompt (%zu tokens) + --max-tokens (%zu) reach past the model's trained "
+                 "context of %zu positions; text beyond it may lose coherence\n",
+                 prompt.size(), args.max_tokens, trained);
   const bool stream = !args.json;
   if (stream) std::cout << prompt_text << std::flush;
 

@@ -25,7 +25,7 @@ namespace specdec {
 /// layer's values from memory at every step. The reference model's forwards of one position at context 256
 /// took 0.98-0.99x the time (2 threads, 2026-12-02; no gain at context 2000, 0.975-1.0x at 5 positions).
 /// The arrays start as zeros that, on Linux, take no memory or time until written (detail::ZeroedArray): a cache
-/// sized for a long context costs what it holds.
+/// sized for a long context costs what it holds, rounded up to 2 MiB pages in each layer's keys and values.
 template <class Scalar>
 class BasicKvCache {
  public:

@@ -88,8 +88,11 @@ check("chat answer mentions Paris", "Paris" in out["text"], out["text"])
 r = run("--chat", "--prompt", "What is the capital of France? Answer in one sentence.", "--max-tokens", "8200",
         "--max-context", "8300", "--json")
 check("a request past the trained context runs, with a warning naming it",
-      r.returncode == 0 and json.loads(r.stdout)["tokens"][-1] == 2 and
+      r.returncode == 0 and json.loads(r.stdout)["tokens"][-1:] == [2] and
       "reach past the model's trained context of 8192 positions" in r.stderr, r.stderr)
+r = run("--prompt", "Hi", "--max-tokens", "8200", "--max-context", "8300", "--draft", "/nonexistent/draft.gguf")
+check("a failing request past the trained context prints its error alone", r.returncode == 2 and
+      len(r.stderr.splitlines()) == 1 and "warning" not in r.stderr, r.stderr)
 check("no such warning inside the trained context", "trained context" not in run(
     "--prompt", "The capital of France is", "--max-tokens", "4", "--json").stderr)
 

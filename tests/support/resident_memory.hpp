@@ -8,7 +8,7 @@
 
 namespace specdec::test {
 
-/// Bytes of this process's resident set now, from /proc/self/statm (Linux only).
+/// Bytes of this process's resident set now, from /proc/self/statm (Linux only); 0 where it cannot be read.
 inline std::size_t resident_bytes() {
   std::ifstream statm("/proc/self/statm");
   std::size_t pages = 0, resident = 0;

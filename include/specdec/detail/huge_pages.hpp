@@ -1,6 +1,7 @@
 // specdec/detail/huge_pages.hpp — big arrays in 2 MiB-aligned regions advised for transparent huge pages.
-// Entry points: detail::ZeroedArray (the KV cache and the reference model's transposed keys: zeros that cost
-// nothing until written) and detail::HugePageAllocator (through llama/detail/huge_pages.hpp, the packed weights).
+// Entry points: detail::ZeroedArray (the KV cache, the reference model's transposed keys and q8 scales: zeros
+// that cost nothing until written), detail::allocate_huge_pages (through llama/detail/huge_pages.hpp, the
+// packed weights) and detail::HugePageAllocator (the benchmarks' buffers).
 //
 // An array that a forward pass streams through, tens of megabytes of weights or a kv head's keys and values,
 // spans thousands of 4 KiB pages: the TLB misses on each and the hardware prefetcher stops at each page
@@ -51,13 +52,14 @@ inline void* allocate_huge_pages(std::size_t bytes) {
 
 /// `bytes` of zeros, rounded up to whole huge pages, 2 MiB-aligned and advised for huge pages; release with
 /// release_zeroed_pages(p, bytes). On Linux they are fresh anonymous pages, which the kernel zeroes when each
-/// is first touched, so memory that is never written costs neither time nor resident memory (a KV cache
-/// sized for a long context); elsewhere they are written with zeros here.
+/// is first touched (a whole 2 MiB page where it has one to give), so memory that is never written costs
+/// neither time nor resident memory (a KV cache sized for a long context); elsewhere they are written with
+/// zeros here. requires: bytes > 0.
 inline void* allocate_zeroed_pages(std::size_t bytes) {
   const std::size_t rounded = (bytes + huge_page - 1) / huge_page * huge_page;
+  if (bytes == 0 || rounded < bytes || rounded > SIZE_MAX - huge_page) throw std::bad_alloc();
 #if defined(__linux__)
   // Map one huge page more than asked and unmap the ends around the 2 MiB-aligned part.
-  if (rounded < bytes || rounded > SIZE_MAX - huge_page) throw std::bad_alloc();
   void* mapped = mmap(nullptr, rounded + huge_page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mapped == MAP_FAILED) throw std::bad_alloc();
   const auto start = reinterpret_cast<std::uintptr_t>(mapped);
@@ -105,8 +107,8 @@ struct HugePageAllocator {
 
 /// A fixed-size array of numbers that starts as zeros, in memory from allocate_zeroed_pages from 2 MiB up: on
 /// Linux a page costs time and resident memory only once something is written to it, so a KV cache sized for a
-/// context far longer than it will hold costs what it holds. (std::vector's value-initialisation writes every
-/// element.) Copies copy every element.
+/// context far longer than it will hold costs what it holds, in 2 MiB pages. (std::vector's value-initialisation
+/// writes every element.) A copy copies every element, so it is resident in full.
 template <class T>
 class ZeroedArray {
   static_assert(std::is_arithmetic_v<T>, "ZeroedArray holds numbers, whose all-zero bytes are the value 0");

@@ -168,8 +168,8 @@ class Transformer {
       keys_t = std::remove_reference_t<decltype(keys_t)>(layers * c.kv_heads * blocks_ * key_block * c.head_dim);
     });
     if (kv_format_ == KvFormat::q8) {  // a scale per position, in rows of whole blocks (the kernels read 16)
-      key_scales_.assign(layers * c.kv_heads * blocks_ * key_block, 0.0f);
-      value_scales_.assign(key_scales_.size(), 0.0f);
+      key_scales_ = specdec::detail::ZeroedArray<float>(layers * c.kv_heads * blocks_ * key_block);
+      value_scales_ = specdec::detail::ZeroedArray<float>(key_scales_.size());
     }
     // RoPE table: θ_j = pos·base^(−2j/rope_dims), computed in double once.
     const std::size_t pairs = c.rope_dims / 2;
@@ -706,7 +706,7 @@ class Transformer {
   KeyBlocks<std::uint16_t> keys_t16_;
   KeyBlocks<std::int8_t> keys_t8_;
   // q8 only: per cache layer [blocks·key_block], each position's key and value row scale.
-  std::vector<float> key_scales_, value_scales_;
+  specdec::detail::ZeroedArray<float> key_scales_, value_scales_;  // zeros, untouched until written
   std::vector<float> rope_;    // [max_context, rope_dims / 2, (cos, sin)]
   std::size_t score_stride_ = 0;  // blocks_·key_block
   std::vector<float> scores_;  // [threads, group, score_stride]: attention scratch per thread

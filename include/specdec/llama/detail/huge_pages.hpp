@@ -1,7 +1,7 @@
 // specdec/llama/detail/huge_pages.hpp — memory for the packed weights that every forward pass streams, in
 // 2 MiB-aligned regions advised for transparent huge pages (the allocator itself is the core's, in
 // ../../detail/huge_pages.hpp).
-// Entry point: detail::arena_bytes (packed weights).
+// Entry point: detail::arena_bytes (packed weights); HugePageAllocator is re-exported for the benchmarks.
 //
 // A forward pass reads about 100 MB of weights. With 4 KiB pages that is 25,000 pages per pass: the TLB
 // misses on each and the hardware prefetcher stops at each page boundary. Backed by 2 MiB pages, a
