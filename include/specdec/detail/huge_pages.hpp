@@ -27,11 +27,16 @@ namespace specdec::detail {
 
 inline constexpr std::size_t huge_page = std::size_t{2} << 20;
 
+/// x rounded up to a multiple of huge_page (an address or a size; 0 where that wraps around).
+inline constexpr std::uintptr_t round_up_to_huge_page(std::uintptr_t x) {
+  return (x + huge_page - 1) / huge_page * huge_page;
+}
+
 /// Advises the kernel to back the whole 2 MiB pages inside [p, p + bytes) with huge pages. Call it before the
 /// memory is first written: pages already touched are only merged later, if at all.
 inline void advise_huge_pages(void* p, std::size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  const auto begin = (reinterpret_cast<std::uintptr_t>(p) + huge_page - 1) / huge_page * huge_page;
+  const auto begin = round_up_to_huge_page(reinterpret_cast<std::uintptr_t>(p));
   const auto end = (reinterpret_cast<std::uintptr_t>(p) + bytes) / huge_page * huge_page;
   if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);  // advice only
 #else
@@ -43,7 +48,7 @@ inline void advise_huge_pages(void* p, std::size_t bytes) {
 /// `bytes` rounded up to whole huge pages, 2 MiB-aligned and advised for huge pages, not yet written; release
 /// with std::free.
 inline void* allocate_huge_pages(std::size_t bytes) {
-  const std::size_t rounded = (bytes + huge_page - 1) / huge_page * huge_page;
+  const std::size_t rounded = round_up_to_huge_page(bytes);
   void* p = std::aligned_alloc(huge_page, rounded);
   if (p == nullptr) throw std::bad_alloc();
   advise_huge_pages(p, rounded);
@@ -56,14 +61,14 @@ inline void* allocate_huge_pages(std::size_t bytes) {
 /// neither time nor resident memory (a KV cache sized for a long context); elsewhere they are written with
 /// zeros here. requires: bytes > 0.
 inline void* allocate_zeroed_pages(std::size_t bytes) {
-  const std::size_t rounded = (bytes + huge_page - 1) / huge_page * huge_page;
+  const std::size_t rounded = round_up_to_huge_page(bytes);
   if (bytes == 0 || rounded < bytes || rounded > SIZE_MAX - huge_page) throw std::bad_alloc();
 #if defined(__linux__)
   // Map one huge page more than asked and unmap the ends around the 2 MiB-aligned part.
   void* mapped = mmap(nullptr, rounded + huge_page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mapped == MAP_FAILED) throw std::bad_alloc();
   const auto start = reinterpret_cast<std::uintptr_t>(mapped);
-  const auto aligned = (start + huge_page - 1) / huge_page * huge_page;
+  const auto aligned = round_up_to_huge_page(start);
   if (aligned > start) (void)munmap(mapped, aligned - start);
   if (const std::size_t tail = start + huge_page - aligned; tail > 0)
     (void)munmap(reinterpret_cast<void*>(aligned + rounded), tail);
@@ -79,7 +84,7 @@ inline void* allocate_zeroed_pages(std::size_t bytes) {
 /// Releases what allocate_zeroed_pages(bytes) returned.
 inline void release_zeroed_pages(void* p, std::size_t bytes) {
 #if defined(__linux__)
-  (void)munmap(p, (bytes + huge_page - 1) / huge_page * huge_page);
+  (void)munmap(p, round_up_to_huge_page(bytes));
 #else
   (void)bytes;
   std::free(p);
