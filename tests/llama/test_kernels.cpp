@@ -284,7 +284,7 @@ TEST_CASE("matmul matches a double-precision reference for every encoding and ke
 
 TEST_CASE("every encoding gives the same bits on the vector and portable paths", "[kernels]") {
   ThreadPool pool(2);
-  const std::size_t rows = 83;
+  for (std::size_t rows : {83, 75})  // 6 panels, and 5: the bf16 encodings' last panel pairs with padding
   for (auto encoding : all_encodings)
     for (std::size_t cols : {256, 45}) {  // 45: an odd column count, for the float encodings only
 #if defined(__AVX512BF16__)
@@ -298,7 +298,7 @@ TEST_CASE("every encoding gives the same bits on the vector and portable paths",
       std::fill(x.begin() + 96, x.begin() + 128, 1e-30f);
       x[96] = -1e30f;                                   // a block that spans 60 binades: its small inputs round to 0
       for (std::size_t n : {1, 2, 3, 5, 7, 9, 16}) {
-        CAPTURE(static_cast<int>(encoding), cols, n);
+        CAPTURE(rows, static_cast<int>(encoding), cols, n);
         std::vector<float> fast(n * rows), portable(n * rows);
         specdec::llama::matmul(MatmulOutput{&m.packed, portable.data(), rows, false}, x.data(), cols, n, pool, true);
         // The block kernels asking for the next panel at every width, and at none (detail::quiet_dot_products);
@@ -323,6 +323,39 @@ TEST_CASE("every encoding gives the same bits on the vector and portable paths",
         specdec::llama::detail::single_stream_steps = saved_steps;
       }
     }
+}
+
+TEST_CASE("a run of panels may start or end inside a pair of bf16 panels: its rows, with the bits of all panels",
+          "[kernels]") {
+  // The bf16 encodings store panels in interleaved pairs; a thread's run of panels can start on the second
+  // panel of a pair or end on the first (matmul's own runs are whole pairs, a caller's may not be).
+  const std::size_t rows = 75, cols = 64;  // 5 panels
+  for (auto encoding : {PanelEncoding::f32, PanelEncoding::bf16, PanelEncoding::bf16_dot}) {
+    const auto m = random_matrix(encoding, rows, cols, 31);
+    const std::size_t panels = m.packed.panels();
+    const auto x = random_inputs(3, cols, 37);
+    for (bool portable : {false, true})
+      for (std::size_t n : {1, 2, 3}) {
+        const auto run = [&](std::size_t first, std::size_t last) {
+          std::vector<float> y(n * rows, std::numeric_limits<float>::quiet_NaN());
+          specdec::llama::detail::matmul_panels(MatmulOutput{&m.packed, y.data(), rows, false}, first, last, x.data(),
+                                                cols, n, portable, specdec::llama::detail::next_call(), {});
+          return y;
+        };
+        const auto whole = run(0, panels);
+        for (std::size_t first = 0; first < panels; ++first)
+          for (std::size_t last = first + 1; last <= panels; ++last) {
+            CAPTURE(static_cast<int>(encoding), portable, n, first, last);
+            const auto y = run(first, last);
+            for (std::size_t p = 0; p < n; ++p)
+              for (std::size_t r = 0; r < rows; ++r) {
+                const float v = y[p * rows + r];
+                if (r >= first * 16 && r < last * 16) REQUIRE(std::memcmp(&v, &whole[p * rows + r], sizeof v) == 0);
+                else REQUIRE(std::isnan(v));
+              }
+          }
+      }
+  }
 }
 
 TEST_CASE("a matrix with no columns gives zeros, or leaves accumulated outputs as they were", "[kernels]") {

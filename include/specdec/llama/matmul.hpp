@@ -34,10 +34,11 @@ inline std::size_t total_panels(std::span<const MatmulOutput> outputs) {
 /// Long sequential weight streams are what the hardware prefetcher needs (4-panel tasks ran 1.3-1.5x slower on 2
 /// threads). Against two runs per thread, each within one output, forwards of SmolLM2 at context 256 on 2
 /// threads took 0.97-0.98x the time at 1, 5 and 9 positions for quantized_dot and quantized, 0.99x for
-/// bf16_dot, 0.99-1.00x for f32 (alternating call by call, 2026-12-02).
+/// bf16_dot, 0.99-1.00x for f32 (alternating call by call, 2026-12-02). A whole number of panel pairs, so that
+/// the bf16 encodings' runs start on a pair (see packed_matrix.hpp).
 inline std::size_t matmul_chunk(std::size_t total, std::size_t threads) {
   constexpr std::size_t min_chunk = 4;
-  return std::max(min_chunk, (total + threads - 1) / threads);
+  return std::max(min_chunk, ((total + threads - 1) / threads + 1) / 2 * 2);
 }
 
 /// Task `task` of a matmul split into tasks of `chunk` panels (matmul_chunk): panels [task·chunk,

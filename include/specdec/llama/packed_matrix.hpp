@@ -6,7 +6,11 @@
 // gives 16 output rows' weights for one k and y[16 rows] accumulates over k in one register:
 //   f32   [cols][16] floats
 //   bf16  [cols/2][16][2] bf16 (upper halves of floats): column pairs (2j, 2j+1) of each row side by side, the
-//         operand layout of AVX-512 BF16 dot products; an odd last column is paired with a zero
+//         operand layout of AVX-512 BF16 dot products; an odd last column is paired with a zero. bf16 (not
+//         bf16_dot) stores its panels in pairs, interleaved 64 bytes at a time: panel 2i's column pair j, then
+//         panel 2i+1's, then panel 2i's pair j+1 (an odd last panel is paired with zeros). So one sequential
+//         read feeds two panels' accumulators, two chains of fused multiply-adds where one panel alone is one
+//         chain, bound by the FMA's latency (see detail::single_stream_steps)
 // The block encodings keep GGUF's quant blocks (the same scales and quants), with the quants as 64-byte vectors
 // [16 rows][4 bytes], the operand layout of AVX-512 VNNI dpbusd:
 //   q4_0  per 32-column block: d[16] f16, then 4 vectors; vector g, row l = GGUF quant bytes 4g .. 4g+3 of
@@ -109,8 +113,23 @@ constexpr std::size_t panel_block_bytes(PanelEncoding e) {
 /// Byte offset of quant byte j of row lane l inside a block's quants: [j / 4][16][4] bytes.
 constexpr std::size_t quant_offset(std::size_t j, std::size_t lane) { return (j / 4 * panel_rows + lane) * 4 + j % 4; }
 
-/// Byte offset of column k, row lane l in a bf16 panel ([cols/2][16][2]).
-constexpr std::size_t bf16_offset(std::size_t k, std::size_t lane) { return ((k / 2 * panel_rows + lane) * 2 + k % 2) * 2; }
+/// Whether an encoding stores its panels in interleaved pairs (bf16; see the layout above). bf16_dot, whose
+/// kernel's chains are shorter than bf16's, does not: on the Zen 4 of 2026-12-04 (two models in one process,
+/// rounds of 40 one-position forwards alternating, both load orders, 60 rounds each) pairs took bf16 to
+/// 0.984x and 0.955x the time at 1 position but bf16_dot to 1.034x and 1.052x, and 1.02x at 5.
+constexpr bool interleaves_panel_pairs(PanelEncoding e) { return e == PanelEncoding::bf16; }
+
+/// Bytes from one column pair of a bf16 or bf16_dot panel to its next: its own 64, and where the encoding
+/// interleaves its panels in pairs its partner's 64 as well.
+constexpr std::size_t bf16_pair_stride(PanelEncoding e) {
+  return (interleaves_panel_pairs(e) ? 2 : 1) * panel_rows * 4;
+}
+
+/// Byte offset of column k, row lane l from the start of a bf16 or bf16_dot panel (its first column pair);
+/// stride: bf16_pair_stride.
+constexpr std::size_t bf16_offset(std::size_t k, std::size_t lane, std::size_t stride) {
+  return k / 2 * stride + (lane * 2 + k % 2) * 2;
+}
 
 /// Calls visit(w, k) with the 16 rows' (dequantised) weights w[16] of column k, for every column of one panel:
 /// for the float encodings in the kernel's accumulation order (the portable float kernel uses it), for the block
@@ -130,7 +149,8 @@ void visit_panel(const std::byte* panel, PanelEncoding encoding, std::size_t col
     case PanelEncoding::bf16:
     case PanelEncoding::bf16_dot:
       for (std::size_t k = 0; k < cols; ++k) {
-        for (std::size_t l = 0; l < panel_rows; ++l) w[l] = gguf::bf16_to_float(load_u16(panel + bf16_offset(k, l)));
+        for (std::size_t l = 0; l < panel_rows; ++l)
+          w[l] = gguf::bf16_to_float(load_u16(panel + bf16_offset(k, l, bf16_pair_stride(encoding))));
         visit(w, k);
       }
       return;
@@ -201,7 +221,7 @@ class PackedMatrix {
           std::memcpy(panel + (k * panel_rows + lane) * 4, &row[k], 4);
         } else {
           const std::uint16_t h = gguf::float_to_bf16(row[k]);
-          std::memcpy(panel + detail::bf16_offset(k, lane), &h, 2);
+          std::memcpy(panel + detail::bf16_offset(k, lane, detail::bf16_pair_stride(encoding)), &h, 2);
         }
       }
     }
@@ -242,9 +262,8 @@ class PackedMatrix {
   std::size_t panel_bytes() const { return panel_bytes_; }
   /// Weight bytes a product streams: all panels once.
   std::size_t bytes() const { return panels() * panel_bytes_; }
-  const std::byte* panel(std::size_t p) const {
-    return storage_.get() + p * panel_bytes_;
-  }
+  /// Panel p's first byte (for bf16 and bf16_dot its first column pair; the next one detail::bf16_pair_stride on).
+  const std::byte* panel(std::size_t p) const { return storage_.get() + panel_offset(p); }
 
   /// Writes the (dequantised) weights of row r to out[0 .. cols). requires: r < rows().
   void row(std::size_t r, float* out) const {
@@ -262,15 +281,20 @@ class PackedMatrix {
       case PanelEncoding::bf16_dot: panel_bytes_ = (cols + 1) / 2 * panel_rows * 4; break;
       default: panel_bytes_ = cols / quant_block * detail::panel_block_bytes(encoding);
     }
-    storage_ = detail::arena_bytes(panels() * panel_bytes_ + 64);  // zeroed; a spare line for vector over-reads
+    const std::size_t stored = detail::interleaves_panel_pairs(encoding) ? (panels() + 1) / 2 * 2 : panels();
+    storage_ = detail::arena_bytes(stored * panel_bytes_ + 64);  // zeroed; a spare line for vector over-reads
   }
-  std::byte* panel_data(std::size_t p) { return storage_.get() + p * panel_bytes_; }
+  std::byte* panel_data(std::size_t p) { return storage_.get() + panel_offset(p); }
+  std::size_t panel_offset(std::size_t p) const {
+    if (!detail::interleaves_panel_pairs(encoding_)) return p * panel_bytes_;
+    return p / 2 * 2 * panel_bytes_ + p % 2 * panel_rows * 4;
+  }
 
   std::size_t rows_ = 0;
   std::size_t cols_ = 0;
   PanelEncoding encoding_ = PanelEncoding::f32;
   std::size_t panel_bytes_ = 0;
-  std::shared_ptr<std::byte> storage_;  // [panels][panel_bytes], zero-padded, in huge pages; shared by copies
+  std::shared_ptr<std::byte> storage_;  // [panels][panel_bytes] (bf16: in pairs), zero-padded, in huge pages; shared
 };
 
 /// One output of a matmul call: y[p, r] (+)= Σ_k W[r, k]·x[p, k] for r < w->rows(), p < positions.

@@ -98,8 +98,11 @@ inline bool requests_into_l2 = amd_family_25();
 /// 1 (three runs) and 0.93x at 2; f32 0.94-0.99x at 1 (three runs) and 1.00x at 2. One panel a step that still
 /// asks for the next read 0.95-0.96x (bf16, bf16_dot) and 1.16x (f32), and steps of 2 that ask for nothing
 /// 1.09x (bf16). A plain read of 128 MB on one thread there measured the same: 25-30 GB/s as one stream, 21-24
-/// as 2 or 4 interleaved ones, 20-22 as one stream that asks into L2 for the lines one panel ahead. The bits do
-/// not change. Read by every call, like requests_into_l2.
+/// as 2 or 4 interleaved ones, 20-22 as one stream that asks into L2 for the lines one panel ahead. bf16 steps
+/// by a pair of its panels, which it stores interleaved (see packed_matrix.hpp), so that one stream feeds two
+/// chains of FMAs: one panel's one chain read 32 GB/s in L2 at one position on one core of that Zen 4, two
+/// 59 GB/s (bf16_dot's one chain 43 GB/s), where a thread must read about 32 GB/s when the two vCPUs do not
+/// share an L3. The bits do not change. Read by every call, like requests_into_l2.
 inline bool single_stream_steps = amd_family_25();
 
 /// Whether a float kernel step over `positions` positions reads one panel and asks for nothing ahead (see
@@ -270,7 +273,7 @@ SPECDEC_ALWAYS_INLINE void prefetch_ahead(const std::byte* const* panel, PanelRe
 template <int R, int P>
 PanelRequest panel_ahead(const PackedMatrix& w, std::size_t panel, std::size_t last) {
   if (R > 2 || !next_step_in_run<R>(panel, last) || single_stream_step(P)) return {};
-  return {R * w.panel_bytes(), requests_into_l2};
+  return {static_cast<std::size_t>(w.panel(panel + R) - w.panel(panel)), requests_into_l2};
 }
 
 /// Each visitor's most_panels: the panels per kernel step for 1 and 2 positions (4 fill the registers; see
@@ -281,7 +284,8 @@ PanelRequest panel_ahead(const PackedMatrix& w, std::size_t panel, std::size_t l
 struct VisitF32 {
   static constexpr std::size_t most_panels = 4;
   template <int R, class Fn>
-  static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, PanelRequest ahead, Fn&& fn) {
+  static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, std::size_t,
+                                        PanelRequest ahead, Fn&& fn) {
     for (std::size_t k = 0; k < cols; ++k) {
       if (ahead) prefetch_ahead<R>(panel, ahead, k * panel_rows * 4);
       __m512 w[R];
@@ -294,14 +298,16 @@ struct VisitF32 {
 
 struct VisitBf16 {
   static constexpr std::size_t most_panels = 2;
+  /// stride: bf16_pair_stride of the matrix's encoding.
   template <int R, class Fn>
-  static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, PanelRequest ahead, Fn&& fn) {
+  static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, std::size_t stride,
+                                        PanelRequest ahead, Fn&& fn) {
     const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
     for (std::size_t k = 0; k < cols; k += 2) {
-      if (ahead) prefetch_ahead<R>(panel, ahead, k * panel_rows * 2);
+      if (ahead) prefetch_ahead<R>(panel, ahead, k / 2 * stride);
       __m512 even[R], odd[R];
       SPECDEC_UNROLL for (int r = 0; r < R; ++r) {
-        const __m512i pair = _mm512_loadu_si512(panel[r] + k * panel_rows * 2);  // 16 × (w[k], w[k + 1])
+        const __m512i pair = _mm512_loadu_si512(panel[r] + k / 2 * stride);  // 16 × (w[k], w[k + 1])
         even[r] = _mm512_castsi512_ps(_mm512_slli_epi32(pair, 16));
         odd[r] = _mm512_castsi512_ps(_mm512_and_si512(pair, high));
       }
@@ -345,12 +351,14 @@ void panel_kernel(const MatmulOutput& out, std::size_t panel, std::size_t last, 
   SPECDEC_UNROLL for (int r = 0; r < R; ++r)
     SPECDEC_UNROLL for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
   const PanelRequest ahead = panel_ahead<R, P>(w, panel, last);
-  Visitor::template run<R>(panels, w.cols(), ahead, [&](const __m512* wv, std::size_t k) SPECDEC_ALWAYS_INLINE_LAMBDA {
+  const std::size_t pair_stride = bf16_pair_stride(w.encoding());
+  const auto multiply = [&](const __m512* wv, std::size_t k) SPECDEC_ALWAYS_INLINE_LAMBDA {
     SPECDEC_UNROLL for (int p = 0; p < P; ++p) {
       const __m512 xv = _mm512_set1_ps(xt[k * P + p]);
       SPECDEC_UNROLL for (int r = 0; r < R; ++r) acc[r][p] = _mm512_fmadd_ps(wv[r], xv, acc[r][p]);
     }
-  });
+  };
+  Visitor::template run<R>(panels, w.cols(), pair_stride, ahead, multiply);
   store_panels<R, P>(out, panel, acc);
 }
 
@@ -404,10 +412,11 @@ constexpr std::array<KernelFn, sizeof...(P)> kernel_table(std::integer_sequence<
 }
 
 /// Panels per kernel step for a group of `count` positions: as many accumulators as the 32 registers allow
-/// next to the weights, up to the visitor's most_panels (one where single_stream_step(count)).
+/// next to the weights, up to the visitor's most_panels. Where single_stream_step(count), one stream: one panel,
+/// or a pair where the encoding interleaves its panels in pairs (bf16).
 template <class Visitor>
-std::size_t panels_per_step(std::size_t count) {
-  if (single_stream_step(count)) return 1;
+std::size_t panels_per_step(std::size_t count, PanelEncoding encoding) {
+  if (single_stream_step(count)) return interleaves_panel_pairs(encoding) ? 2 : 1;
   if (count <= 2) return Visitor::most_panels;
   return count <= 12 ? 2 : 1;
 }
@@ -423,7 +432,7 @@ void matmul_panels_avx512(const MatmulOutput& out, std::size_t first, std::size_
     const std::size_t block_end = std::min(last, b + step_panels);
     for (std::size_t g = 0; g < group_count(positions); ++g) {
       const std::size_t begin = group_begin(positions, g), count = group_begin(positions, g + 1) - begin;
-      const std::size_t step = panels_per_step<Visitor>(count);
+      const std::size_t step = panels_per_step<Visitor>(count, out.weights->encoding());
       const float* xt = interleaved + begin * cols;
       MatmulOutput og = out;
       og.y = out.y + begin * out.y_stride;
@@ -459,9 +468,9 @@ SPECDEC_AVX512_WARNINGS_ON
 
 /// The visitors hand fn(w, k) the weights of column k for R panels × H halves, starting at half `half`.
 struct VisitF32Avx2 {
-  static constexpr std::size_t column_bytes = panel_rows * 4;  // one panel's bytes per column
   template <int R, int H, class Fn>
-  static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, int half, Fn&& fn) {
+  static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, std::size_t, int half,
+                                        Fn&& fn) {
     for (std::size_t k = 0; k < cols; ++k) {
       __m256 w[R][H];
       SPECDEC_UNROLL for (int r = 0; r < R; ++r)
@@ -473,9 +482,10 @@ struct VisitF32Avx2 {
 };
 
 struct VisitBf16Avx2 {
-  static constexpr std::size_t column_bytes = panel_rows * 2;
+  /// stride: bf16_pair_stride of the matrix's encoding.
   template <int R, int H, class Fn>
-  static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, int half, Fn&& fn) {
+  static SPECDEC_ALWAYS_INLINE void run(const std::byte* const* panel, std::size_t cols, std::size_t stride, int half,
+                                        Fn&& fn) {
     const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
     for (std::size_t k = 0; k < cols; k += 2) {
       __m256i pair[R][H];  // 8 rows × (w[k], w[k + 1])
@@ -483,7 +493,7 @@ struct VisitBf16Avx2 {
       SPECDEC_UNROLL for (int r = 0; r < R; ++r)
         SPECDEC_UNROLL for (int h = 0; h < H; ++h) {
           pair[r][h] = _mm256_loadu_si256(
-              reinterpret_cast<const __m256i*>(panel[r] + k * panel_rows * 2 + 32 * (half + h)));
+              reinterpret_cast<const __m256i*>(panel[r] + k / 2 * stride + 32 * (half + h)));
           w[r][h] = _mm256_castsi256_ps(_mm256_slli_epi32(pair[r][h], 16));
         }
       fn(w, k);
@@ -535,19 +545,22 @@ void panel_kernel_avx2(const MatmulOutput& out, std::size_t panel, std::size_t l
   SPECDEC_UNROLL for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + r);
   const std::size_t ahead = step_panels * w.panel_bytes(), next = R * w.panel_bytes();
   const bool ask = half == 0 && (!std::is_same_v<Visitor, VisitF32Avx2> || next_step_in_run<R>(panel, last));
+  // Bytes from one column of a panel to its next: a bf16 column pair's stride covers two columns.
+  const std::size_t pair_stride = bf16_pair_stride(w.encoding());
+  const std::size_t column_bytes = std::is_same_v<Visitor, VisitF32Avx2> ? panel_rows * 4 : pair_stride / 2;
   __m256 acc[R][H][P];
   SPECDEC_UNROLL for (int r = 0; r < R; ++r)
     SPECDEC_UNROLL for (int h = 0; h < H; ++h)
       SPECDEC_UNROLL for (int p = 0; p < P; ++p) acc[r][h][p] = _mm256_setzero_ps();
   Visitor::template run<R, H>(
-      panels, w.cols(), half, [&](const __m256(&wv)[R][H], std::size_t k) SPECDEC_ALWAYS_INLINE_LAMBDA {
+      panels, w.cols(), pair_stride, half, [&](const __m256(&wv)[R][H], std::size_t k) SPECDEC_ALWAYS_INLINE_LAMBDA {
         // The next step's panels (a prefetch past the matrix's end is harmless: it never faults).
         if (ask)
           SPECDEC_UNROLL for (int r = 0; r < R; ++r) {
             if constexpr (std::is_same_v<Visitor, VisitF32Avx2>)
-              _mm_prefetch(reinterpret_cast<const char*>(panels[r] + k * Visitor::column_bytes + next), _MM_HINT_NTA);
+              _mm_prefetch(reinterpret_cast<const char*>(panels[r] + k * column_bytes + next), _MM_HINT_NTA);
             else
-              _mm_prefetch(reinterpret_cast<const char*>(panels[r] + k * Visitor::column_bytes + ahead), _MM_HINT_T1);
+              _mm_prefetch(reinterpret_cast<const char*>(panels[r] + k * column_bytes + ahead), _MM_HINT_T1);
           }
         const float* xk = xt + k * stride;
         SPECDEC_UNROLL for (int p = 0; p < P; ++p) {
