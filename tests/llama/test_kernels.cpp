@@ -284,51 +284,51 @@ TEST_CASE("matmul matches a double-precision reference for every encoding and ke
 
 TEST_CASE("every encoding gives the same bits on the vector and portable paths", "[kernels]") {
   ThreadPool pool(2);
-  for (std::size_t rows : {83, 75})  // 6 panels, and 5: the bf16 encodings' last panel pairs with padding
-  for (auto encoding : all_encodings)
-    for (std::size_t cols : {256, 45}) {  // 45: an odd column count, for the float encodings only
+  for (std::size_t rows : {83, 75})  // 6 panels, and 5: bf16's last panel is paired with padding
+    for (auto encoding : all_encodings)
+      for (std::size_t cols : {256, 45}) {  // 45: an odd column count, for the float encodings only
 #if defined(__AVX512BF16__)
-      if (encoding == PanelEncoding::bf16_dot) continue;  // vdpbf16ps rounds differently from the portable emulation
+        if (encoding == PanelEncoding::bf16_dot) continue;  // vdpbf16ps rounds differently from the portable emulation
 #endif
-      if (cols % 32 != 0 && !specdec::llama::is_float_encoding(encoding)) continue;
-      const auto m = random_matrix(encoding, rows, cols, 23);
-      auto x = random_inputs(16, cols, 29);
-      std::fill(x.begin() + 32, x.begin() + 96, 0.0f);  // an all-zero block: scale 0
-      x[70] = 3e-39f;                                   // a block whose largest input is subnormal: the largest shift
-      std::fill(x.begin() + 96, x.begin() + 128, 1e-30f);
-      x[96] = -1e30f;                                   // a block that spans 60 binades: its small inputs round to 0
-      for (std::size_t n : {1, 2, 3, 5, 7, 9, 16}) {
-        CAPTURE(rows, static_cast<int>(encoding), cols, n);
-        std::vector<float> fast(n * rows), portable(n * rows);
-        specdec::llama::matmul(MatmulOutput{&m.packed, portable.data(), rows, false}, x.data(), cols, n, pool, true);
-        // The block kernels asking for the next panel at every width, and at none (detail::quiet_dot_products);
-        // the kernels asking with either hint (detail::requests_into_l2); the float kernels at 1 and 2
-        // positions stepping by one panel or by their most (detail::single_stream_steps).
-        const auto saved = specdec::llama::detail::quiet_dot_products;
-        const bool saved_hint = specdec::llama::detail::requests_into_l2;
-        const bool saved_steps = specdec::llama::detail::single_stream_steps;
-        for (bool single : {false, true})
-          for (int variant : {0, 1, 2}) {  // ask with NTA, ask into L2, never ask (the float kernels: into L2)
-            CAPTURE(single, variant);
-            const int quiet = variant == 2 ? 3 * 16 : 0;
-            specdec::llama::detail::quiet_dot_products = {quiet, quiet};
-            specdec::llama::detail::requests_into_l2 = variant != 0;
-            specdec::llama::detail::single_stream_steps = single;
-            std::fill(fast.begin(), fast.end(), std::numeric_limits<float>::quiet_NaN());  // no earlier variant's rows
-            specdec::llama::matmul(MatmulOutput{&m.packed, fast.data(), rows, false}, x.data(), cols, n, pool, false);
-            REQUIRE(std::memcmp(fast.data(), portable.data(), fast.size() * sizeof(float)) == 0);
-          }
-        specdec::llama::detail::quiet_dot_products = saved;
-        specdec::llama::detail::requests_into_l2 = saved_hint;
-        specdec::llama::detail::single_stream_steps = saved_steps;
+        if (cols % 32 != 0 && !specdec::llama::is_float_encoding(encoding)) continue;
+        const auto m = random_matrix(encoding, rows, cols, 23);
+        auto x = random_inputs(16, cols, 29);
+        std::fill(x.begin() + 32, x.begin() + 96, 0.0f);  // an all-zero block: scale 0
+        x[70] = 3e-39f;                                   // a block whose largest input is subnormal: the largest shift
+        std::fill(x.begin() + 96, x.begin() + 128, 1e-30f);
+        x[96] = -1e30f;                                   // a block that spans 60 binades: its small inputs round to 0
+        for (std::size_t n : {1, 2, 3, 5, 7, 9, 16}) {
+          CAPTURE(rows, static_cast<int>(encoding), cols, n);
+          std::vector<float> fast(n * rows), portable(n * rows);
+          specdec::llama::matmul(MatmulOutput{&m.packed, portable.data(), rows, false}, x.data(), cols, n, pool, true);
+          // The block kernels asking for the next panel at every width, and at none (detail::quiet_dot_products);
+          // the kernels asking with either hint (detail::requests_into_l2); the float kernels at 1 and 2
+          // positions stepping by one panel or by their most (detail::single_stream_steps).
+          const auto saved = specdec::llama::detail::quiet_dot_products;
+          const bool saved_hint = specdec::llama::detail::requests_into_l2;
+          const bool saved_steps = specdec::llama::detail::single_stream_steps;
+          for (bool single : {false, true})
+            for (int variant : {0, 1, 2}) {  // ask with NTA, ask into L2, never ask (the float kernels: into L2)
+              CAPTURE(single, variant);
+              const int quiet = variant == 2 ? 3 * 16 : 0;
+              specdec::llama::detail::quiet_dot_products = {quiet, quiet};
+              specdec::llama::detail::requests_into_l2 = variant != 0;
+              specdec::llama::detail::single_stream_steps = single;
+              std::fill(fast.begin(), fast.end(), std::numeric_limits<float>::quiet_NaN());  // no earlier variant's rows
+              specdec::llama::matmul(MatmulOutput{&m.packed, fast.data(), rows, false}, x.data(), cols, n, pool, false);
+              REQUIRE(std::memcmp(fast.data(), portable.data(), fast.size() * sizeof(float)) == 0);
+            }
+          specdec::llama::detail::quiet_dot_products = saved;
+          specdec::llama::detail::requests_into_l2 = saved_hint;
+          specdec::llama::detail::single_stream_steps = saved_steps;
+        }
       }
-    }
 }
 
 TEST_CASE("a run of panels may start or end inside a pair of bf16 panels: its rows, with the bits of all panels",
           "[kernels]") {
-  // The bf16 encodings store panels in interleaved pairs; a thread's run of panels can start on the second
-  // panel of a pair or end on the first (matmul's own runs are whole pairs, a caller's may not be).
+  // bf16 stores its panels in interleaved pairs; a thread's run of panels can start on the second panel of a
+  // pair or end on the first (matmul's own runs are whole pairs, a caller's may not be).
   const std::size_t rows = 75, cols = 64;  // 5 panels
   for (auto encoding : {PanelEncoding::f32, PanelEncoding::bf16, PanelEncoding::bf16_dot}) {
     const auto m = random_matrix(encoding, rows, cols, 31);
