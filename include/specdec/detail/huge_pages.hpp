@@ -10,6 +10,7 @@
 // ordinary memory: only speed differs.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -110,10 +111,24 @@ struct HugePageAllocator {
   friend bool operator==(const HugePageAllocator&, const HugePageAllocator&) { return true; }
 };
 
+/// Copies the 4 KiB pieces of `from` that hold a non-zero byte to `to`, whose `bytes` bytes are all zero: a
+/// piece of zeros is only read (on Linux an untouched page reads as the shared zero page, taking no memory), so
+/// the copy takes memory for what `from` holds, not for its size.
+inline void copy_nonzero_pieces(const void* from, void* to, std::size_t bytes) {
+  constexpr std::size_t piece = 4096;
+  alignas(64) static constexpr unsigned char zeros[piece] = {};
+  const auto* src = static_cast<const unsigned char*>(from);
+  auto* dst = static_cast<unsigned char*>(to);
+  for (std::size_t at = 0; at < bytes; at += piece) {
+    const std::size_t n = std::min(piece, bytes - at);
+    if (std::memcmp(src + at, zeros, n) != 0) std::memcpy(dst + at, src + at, n);
+  }
+}
+
 /// A fixed-size array of numbers that starts as zeros, in memory from allocate_zeroed_pages from 2 MiB up: on
 /// Linux a page costs time and resident memory only once something is written to it, so a KV cache sized for a
 /// context far longer than it will hold costs what it holds, in 2 MiB pages. (std::vector's value-initialisation
-/// writes every element.) A copy copies every element, so it is resident in full.
+/// writes every element.) A copy is lazy in the same way: it writes only what is not zero (copy_nonzero_pieces).
 template <class T>
 class ZeroedArray {
   static_assert(std::is_arithmetic_v<T>, "ZeroedArray holds numbers, whose all-zero bytes are the value 0");
@@ -132,7 +147,9 @@ class ZeroedArray {
     }
   }
   ZeroedArray(const ZeroedArray& other) : ZeroedArray(other.size_) {
-    if (size_ != 0) std::memcpy(static_cast<void*>(data_), other.data_, bytes());
+    if (size_ == 0) return;
+    if (bytes() >= huge_page) copy_nonzero_pieces(other.data_, data_, bytes());  // the rest is zeros already
+    else std::memcpy(static_cast<void*>(data_), other.data_, bytes());
   }
   ZeroedArray(ZeroedArray&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
