@@ -358,6 +358,23 @@ TEST_CASE("a run of panels may start or end inside a pair of bf16 panels: its ro
   }
 }
 
+TEST_CASE("matmul's runs: whole pairs of panels for bf16 only, an even split for every other encoding", "[kernels]") {
+  using specdec::llama::matmul_chunk;
+  const auto f32 = random_matrix(PanelEncoding::f32, 36 * 16, 32, 41);  // 36 panels
+  const auto bf16 = random_matrix(PanelEncoding::bf16, 36 * 16, 32, 41);
+  const auto q8 = random_matrix(PanelEncoding::q8_0_dot, 36 * 16, 32, 41);
+  const MatmulOutput outputs[] = {{&f32.packed, nullptr, 0, false}, {&bf16.packed, nullptr, 0, false},
+                                  {&q8.packed, nullptr, 0, false}};
+  for (std::size_t i : {0, 2}) {
+    CHECK(matmul_chunk(std::span(&outputs[i], 1), 2) == 18);
+    CHECK(matmul_chunk(std::span(&outputs[i], 1), 4) == 9);
+    CHECK(matmul_chunk(std::span(&outputs[i], 1), 16) == 4);  // never below 4 panels
+  }
+  CHECK(matmul_chunk(std::span(&outputs[1], 1), 2) == 18);
+  CHECK(matmul_chunk(std::span(&outputs[1], 1), 4) == 10);
+  CHECK(matmul_chunk(std::span(outputs, 2), 8) == 10);  // 72 panels, one output bf16: 9, rounded up to pairs
+}
+
 TEST_CASE("a matrix with no columns gives zeros, or leaves accumulated outputs as they were", "[kernels]") {
   ThreadPool pool(2);
   const std::size_t rows = 20;

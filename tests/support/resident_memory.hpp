@@ -16,4 +16,12 @@ inline std::size_t resident_bytes() {
   return resident * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
 }
 
+/// Whether reading memory that was never written leaves the resident set as it is. Not where the kernel's
+/// transparent huge pages have their zero page switched off: a read then brings in a real 2 MiB page.
+inline bool untouched_reads_are_free() {
+  std::ifstream use_zero_page("/sys/kernel/mm/transparent_hugepage/use_zero_page");
+  int on = 1;
+  return !(use_zero_page >> on) || on != 0;
+}
+
 }  // namespace specdec::test

@@ -352,7 +352,7 @@ class Transformer {
       };
       const auto product = [&](std::span<const MatmulOutput> outputs, std::uint64_t call, const float* x,
                                std::size_t cols, QuantizedInputs given) {
-        matmul_task(outputs, t, matmul_chunk(total_panels(outputs), threads), x, cols, n, false, call, given);
+        matmul_task(outputs, t, matmul_chunk(outputs, threads), x, cols, n, false, call, given);
       };
       try {
         for (std::size_t l = 0; l < layers_; ++l) {

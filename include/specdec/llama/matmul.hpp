@@ -34,11 +34,16 @@ inline std::size_t total_panels(std::span<const MatmulOutput> outputs) {
 /// Long sequential weight streams are what the hardware prefetcher needs (4-panel tasks ran 1.3-1.5x slower on 2
 /// threads). Against two runs per thread, each within one output, forwards of SmolLM2 at context 256 on 2
 /// threads took 0.97-0.98x the time at 1, 5 and 9 positions for quantized_dot and quantized, 0.99x for
-/// bf16_dot, 0.99-1.00x for f32 (alternating call by call, 2026-12-02). A whole number of panel pairs, so that
-/// the bf16 encodings' runs start on a pair (see packed_matrix.hpp).
-inline std::size_t matmul_chunk(std::size_t total, std::size_t threads) {
+/// bf16_dot, 0.99-1.00x for f32 (alternating call by call, 2026-12-02). Where an output stores its panels in
+/// pairs (bf16, see packed_matrix.hpp), a whole number of pairs, so that a run starts on a pair (where the outputs
+/// before it have whole pairs too); other encodings split evenly, whatever the thread count.
+inline std::size_t matmul_chunk(std::span<const MatmulOutput> outputs, std::size_t threads) {
   constexpr std::size_t min_chunk = 4;
-  return std::max(min_chunk, ((total + threads - 1) / threads + 1) / 2 * 2);
+  const std::size_t even = (total_panels(outputs) + threads - 1) / threads;
+  const bool pairs = std::any_of(outputs.begin(), outputs.end(), [](const MatmulOutput& out) {
+    return detail::interleaves_panel_pairs(out.weights->encoding());
+  });
+  return std::max(min_chunk, pairs ? (even + 1) / 2 * 2 : even);
 }
 
 /// Task `task` of a matmul split into tasks of `chunk` panels (matmul_chunk): panels [task·chunk,
@@ -68,7 +73,7 @@ inline void matmul_task(std::span<const MatmulOutput> outputs, std::size_t task,
 inline void matmul(std::span<const MatmulOutput> outputs, const float* x, std::size_t x_stride,
                    std::size_t positions, ThreadPool& pool, bool portable = false, QuantizedInputs given = {}) {
   if (positions == 0 || outputs.empty()) return;
-  const std::size_t total = total_panels(outputs), chunk = matmul_chunk(total, pool.threads());
+  const std::size_t total = total_panels(outputs), chunk = matmul_chunk(outputs, pool.threads());
   const std::uint64_t call = detail::next_call();
   pool.parallel_for((total + chunk - 1) / chunk, [&](std::size_t task, std::size_t) {
     matmul_task(outputs, task, chunk, x, x_stride, positions, portable, call, given);

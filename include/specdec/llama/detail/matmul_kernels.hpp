@@ -379,6 +379,7 @@ void panel_kernel_dot(const MatmulOutput& out, std::size_t panel, std::size_t la
   __m512 acc[R][P];
   SPECDEC_UNROLL for (int r = 0; r < R; ++r)
     SPECDEC_UNROLL for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
+  static_assert(!interleaves_panel_pairs(PanelEncoding::bf16_dot), "column pairs 64 bytes apart, as below");
   const std::size_t pairs = (w.cols() + 1) / 2;
   const PanelRequest ahead = panel_ahead<R, P>(w, panel, last);
   for (std::size_t kp = 0; kp < pairs; ++kp) {
