@@ -328,7 +328,7 @@ TEST_CASE("every encoding gives the same bits on the vector and portable paths",
 TEST_CASE("a run of panels may start or end inside a pair of bf16 panels: its rows, with the bits of all panels",
           "[kernels]") {
   // bf16 stores its panels in interleaved pairs; a thread's run of panels can start on the second panel of a
-  // pair or end on the first (matmul's own runs are whole pairs, a caller's may not be).
+  // pair or end on the first (matmul's runs are whole pairs, but start mid-pair after an output of odd panels).
   const std::size_t rows = 75, cols = 64;  // 5 panels
   for (auto encoding : {PanelEncoding::f32, PanelEncoding::bf16, PanelEncoding::bf16_dot}) {
     const auto m = random_matrix(encoding, rows, cols, 31);
