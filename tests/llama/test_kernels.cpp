@@ -6,8 +6,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -146,9 +149,10 @@ TEST_CASE("the thread pool runs every task exactly once per job, many jobs in a 
 }
 
 TEST_CASE("a pool wakes only its own sleeping threads, and only when it has some", "[kernels]") {
-  // libstdc++ keeps one table of 16 waiter entries for every 64-bit atomic that a thread blocks on, keyed by
-  // address bits 2-5, which the two pools' job words share. Before a pool counted its own sleepers, every job of
-  // the busy pool found the idle pool's worker in that entry and made a futex system call.
+  // When the pools blocked through std::atomic<std::uint64_t>::wait, libstdc++'s one table of 16 waiter entries
+  // for every such atomic made every job of the busy pool find the idle pool's worker there and make a futex
+  // system call. Each pool's threads now block on the pool's own futex words, marked when a thread may be
+  // blocked there (detail::Signal), and a job makes the wake call only then.
   ThreadPool idle(2), busy(2);
   idle.parallel_for(2, [](std::size_t, std::size_t) {});
   busy.parallel_for(2, [](std::size_t, std::size_t) {});
@@ -240,6 +244,95 @@ TEST_CASE("tasks run together each get a thread, wait for each other at every st
         REQUIRE(passed_late.load() == 0);
       }
     }
+}
+
+TEST_CASE("a thread blocked on a Signal wakes at its next advance; an advance with none blocked makes no call",
+          "[kernels]") {
+  using specdec::llama::detail::Signal;
+  struct Shared {
+    Signal signal;
+    std::atomic<bool> done{false};
+  };
+  const auto shared = std::make_shared<Shared>();
+  CHECK_FALSE(shared->signal.advance());
+  CHECK(shared->signal.count() == 1);
+  std::thread sleeper([shared] {
+    shared->signal.wait_until([&] { return shared->signal.count() != 1; }, std::chrono::microseconds(0),
+                              std::chrono::hours(1));
+    shared->done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // it blocks
+  CHECK_FALSE(shared->done.load());
+  CHECK(shared->signal.advance());  // it found the thread blocked: the wake's one system call
+  for (int i = 0; i < 500 && !shared->done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(shared->done.load());
+  if (shared->done) sleeper.join();
+  else sleeper.detach();  // a thread that slept on (a failure) keeps `shared` alive
+}
+
+TEST_CASE("no wake is lost: thousands of jobs, each after an idle gap past the spin, all run", "[kernels]") {
+  // The workers spin 20 us and then block; the gaps between jobs (0-80 us, plus the sleep's own slack) end
+  // before or after that, so the jobs open with the workers spinning, about to block or blocked, and the
+  // caller's wait at a job's end (the parallel_for jobs' tasks take up to 60 us) blocks as well. `recheck` is an
+  // hour: a lost wake would hang a job, and the watchdog then ends the run with a message instead of the test
+  // timing out. (A race such as the one of 2026-12-04, see detail::Signal, needs a descheduling in a window
+  // of a few instructions, which this rarely meets: it catches coarser faults, such as a wake left out.)
+  using specdec::llama::StepBarrier;
+  CHECK_THROWS_WITH(ThreadPool(2, std::chrono::microseconds(20), std::chrono::milliseconds(0)),
+                    "thread pool recheck must be at least 1 ms, got 0 ms");
+  CHECK_THROWS_WITH(ThreadPool(0), "thread pool needs at least 1 thread, got 0");
+  std::atomic<long> finished{0};
+  struct Watchdog {  // stopped and joined however the test ends
+    std::atomic<bool> over{false};
+    std::thread thread;
+    ~Watchdog() {
+      over = true;
+      thread.join();
+    }
+  } watchdog;
+  watchdog.thread = std::thread([&] {
+    long last = -1;
+    for (auto still = std::chrono::milliseconds(0); !watchdog.over.load();
+         std::this_thread::sleep_for(std::chrono::milliseconds(50))) {
+      const long now = finished.load();
+      still = now == last ? still + std::chrono::milliseconds(50) : std::chrono::milliseconds(0);
+      last = now;
+      if (still > std::chrono::seconds(60)) {
+        std::fprintf(stderr, "job %ld of the lost-wake test has not ended in 60 s: a wake was lost\n", now);
+        std::abort();
+      }
+    }
+  });
+  std::mt19937 rng(7);
+  for (std::size_t threads : {2, 3}) {
+    ThreadPool pool(threads, std::chrono::microseconds(20), std::chrono::hours(1));
+    std::vector<std::atomic<int>> hits(8);
+    long expected = 0;
+    for (int job = 0; job < 6000; ++job, finished.fetch_add(1)) {
+      if (job % 2 == 0) {
+        StepBarrier barrier(threads);
+        pool.run_together([&](std::size_t task, std::size_t) {
+          for (int step = 0; step < 3; ++step) barrier.wait(task);
+          hits[task].fetch_add(1);
+        });
+        expected += static_cast<long>(threads);
+      } else {
+        const std::size_t tasks = 2 + rng() % 6;
+        const auto busy = std::chrono::microseconds(rng() % 60);
+        pool.parallel_for(tasks, [&](std::size_t task, std::size_t) {
+          const auto until = std::chrono::steady_clock::now() + (task == 1 ? busy : busy / 4);
+          while (std::chrono::steady_clock::now() < until) {
+          }
+          hits[task].fetch_add(1);
+        });
+        expected += static_cast<long>(tasks);
+      }
+      if (const auto gap = std::chrono::microseconds(rng() % 81); gap.count() > 10) std::this_thread::sleep_for(gap);
+    }
+    long ran = 0;
+    for (auto& h : hits) ran += h.load();
+    CHECK(ran == expected);
+  }
 }
 
 TEST_CASE("a packed matrix gives back the dequantised rows it was built from", "[kernels]") {

@@ -3,8 +3,9 @@
 //
 // A forward pass issues a few hundred parallel loops of tens of microseconds each, so waking threads through
 // a condition variable per loop costs more than the extra core gains. Workers instead spin on an atomic
-// generation counter for a short while after each job and only then block (std::atomic::wait, a futex on
-// Linux), so a busy pool reacts in well under a microsecond while an idle pool leaves its cores to others.
+// generation counter for a short while after each job and only then block (a futex on Linux, with a timeout:
+// see detail::Signal), so a busy pool reacts in well under a microsecond while an idle pool leaves its
+// cores to others.
 // Each thread's first task goes by the order in which it joined the job and the rest are claimed dynamically,
 // so a worker that wakes late (a busy machine) only means fewer helpers. Against claiming every task from the
 // shared counter, quantized_dot forwards of one position took 0.998x the time while the two vCPUs shared an L3
@@ -30,6 +31,19 @@
 
 #if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
 #include <immintrin.h>
+#endif
+// The pool's threads block on a futex directly where the kernel's futex call takes this ABI's timespec.
+#if defined(__linux__) && defined(__LP64__)
+#define SPECDEC_THREAD_POOL_FUTEX 1
+#endif
+
+#if defined(SPECDEC_THREAD_POOL_FUTEX)
+#include <climits>
+#include <ctime>
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 #if defined(__linux__)
 #include <sched.h>
@@ -60,42 +74,82 @@ inline std::size_t usable_cores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-/// Spins until `pred()` holds, for at most `spin`, then blocks on `word` until it changes from `seen`,
-/// counting itself in `sleepers` before each last look at `word` (see wake()).
-/// requires: whoever makes pred() true changes `word` and then calls wake(word, sleepers, ...); `sleepers`
-/// counts the threads waiting on this `word` only.
-template <class Pred, class Word>
-void spin_then_wait(const std::atomic<Word>& word, Pred pred, std::chrono::microseconds spin,
-                    std::atomic<std::uint32_t>& sleepers) {
-  const auto deadline = std::chrono::steady_clock::now() + spin;
-  for (unsigned i = 1;; ++i) {
-    if (pred()) return;
-    detail::cpu_relax();
-    if (i % 64 == 0 && std::chrono::steady_clock::now() > deadline) break;
-  }
-  for (;;) {
-    sleepers.fetch_add(1, std::memory_order_seq_cst);
-    const Word seen = word.load(std::memory_order_seq_cst);
-    if (pred()) return;
-    word.wait(seen, std::memory_order_acquire);
-  }
+#if defined(SPECDEC_THREAD_POOL_FUTEX)
+static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t) && std::atomic<std::uint32_t>::is_always_lock_free,
+              "the futex calls below take a std::atomic<std::uint32_t> for the 32-bit word it holds");
+#endif
+
+/// Blocks while `word` holds `seen`, for at most about `limit`; may return early (a wake meant for another
+/// change, a signal). On 64-bit Linux a futex on the word itself; elsewhere std::atomic::wait, without the limit.
+inline void wait_while(const std::atomic<std::uint32_t>& word, std::uint32_t seen, std::chrono::milliseconds limit) {
+#if defined(SPECDEC_THREAD_POOL_FUTEX)
+  timespec timeout{static_cast<time_t>(limit.count() / 1000), static_cast<long>(limit.count() % 1000) * 1000000L};
+  syscall(SYS_futex, reinterpret_cast<const std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, seen, &timeout, nullptr, 0);
+#else
+  (void)limit;
+  word.wait(seen, std::memory_order_acquire);
+#endif
 }
 
-/// Wakes the threads blocked on `word` in spin_then_wait, if any may be, and counts the call in `wakes`. A
-/// sleeper counts itself in `sleepers` before its last look at `word`, and the caller changed `word` before
-/// this look at `sleepers` (all sequentially consistent): either the sleeper sees the change or this sees the
-/// sleeper. Taking the count to 0 here means that a woken thread which has not run yet (a busy machine) costs
-/// one system call, not one per job until it runs; a count left by a thread that then did not block costs one
-/// needless call. Without the count, every job made a futex system call whenever any thread of the process slept
-/// on a 64-bit atomic whose address agreed with the job's in bits 2-5 (libstdc++ keeps one table of 16 waiter
-/// entries for all of them), as an idle second pool's threads did: 157 system calls a one-position forward of
-/// SmolLM2, about none now (two models on two pools alternating in one process: 0.98-1.0x the time).
-template <class Word>
-void wake(std::atomic<Word>& word, std::atomic<std::uint32_t>& sleepers, std::atomic<std::uint64_t>& wakes) {
-  if (sleepers.exchange(0, std::memory_order_seq_cst) == 0) return;
-  wakes.fetch_add(1, std::memory_order_relaxed);
+/// Wakes every thread blocked in wait_while on `word`.
+inline void wake_all(std::atomic<std::uint32_t>& word) {
+#if defined(SPECDEC_THREAD_POOL_FUTEX)
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+#else
   word.notify_all();
+#endif
 }
+
+/// A count of changes that threads may block on until it moves: a 32-bit futex word holding the count in its
+/// upper 31 bits and, in bit 0, whether a thread may be blocked on the present count. advance() moves the count
+/// and clears the bit in one atomic step, and makes the wake system call only if the bit was set; a thread
+/// sets the bit on the count it saw, again in one step, before it blocks on that count. So a wake cannot be
+/// lost: if the advance comes first, the thread's bit-setting fails or its block finds the word changed; if
+/// the bit comes first, the advance sees it. And a job makes no system call while its threads spin.
+/// Until 2026-12-05 the pool kept the sleepers in a separate counter that each wake took to 0: a wake that
+/// came between a thread's count and its block (the caller descheduled between opening a job and waking, the
+/// thread meanwhile through that job and into its next wait) used up the count that the next job needed, and
+/// a run_together job waited for that thread forever. One CI run hung so; the std::atomic::wait of then
+/// (libstdc++ 12) spun and yielded the core in that gap. With a 1 ms pause put into both gaps a throwaway
+/// loop of jobs hung at its 186th; the same loop with this word ran its 20,000.
+class Signal {
+ public:
+  /// The changes counted so far, modulo 2^31.
+  std::uint32_t count() const { return word_.load(std::memory_order_acquire) >> 1; }
+
+  /// Counts a change (sequentially consistent: whatever the caller wrote before is seen by a thread that sees
+  /// the new count) and wakes the threads blocked on the old count; returns whether it made that system call.
+  bool advance() {
+    std::uint32_t word = word_.load(std::memory_order_relaxed);
+    while (!word_.compare_exchange_weak(word, (word | 1) + 1, std::memory_order_seq_cst)) {
+    }
+    if (!(word & 1)) return false;
+    wake_all(word_);
+    return true;
+  }
+
+  /// Spins until `pred()` holds, for at most `spin`, then blocks until the count moves, looks again, and so on;
+  /// a blocked thread also looks again every `recheck` by itself.
+  /// requires: whoever makes pred() true then calls advance().
+  template <class Pred>
+  void wait_until(Pred pred, std::chrono::microseconds spin, std::chrono::milliseconds recheck) {
+    const auto deadline = std::chrono::steady_clock::now() + spin;
+    for (unsigned i = 1;; ++i) {
+      if (pred()) return;
+      detail::cpu_relax();
+      if (i % 64 == 0 && std::chrono::steady_clock::now() > deadline) break;
+    }
+    for (;;) {
+      std::uint32_t word = word_.load(std::memory_order_seq_cst);
+      if (pred()) return;
+      if (!(word & 1) && !word_.compare_exchange_strong(word, word | 1, std::memory_order_seq_cst)) continue;
+      wait_while(word_, word | 1, recheck);
+    }
+  }
+
+ private:
+  std::atomic<std::uint32_t> word_{0};
+};
 
 }  // namespace detail
 
@@ -114,11 +168,15 @@ void wake(std::atomic<Word>& word, std::atomic<std::uint32_t>& sleepers, std::at
 ///   pool.parallel_for(blocks, [&](std::size_t block, std::size_t slot) { work(block, scratch[slot]); });
 class ThreadPool {
  public:
-  /// requires: threads >= 1. `spin` is how long an idle thread polls before it blocks.
-  explicit ThreadPool(std::size_t threads = 1, std::chrono::microseconds spin = std::chrono::microseconds(300))
-      : count_(threads), spin_(spin) {
+  /// requires: threads >= 1, recheck >= 1 ms. `spin` is how long an idle thread polls before it blocks;
+  /// `recheck`, how often a blocked thread looks again by itself (see detail::Signal): an idle pool's
+  /// thread wakes that often, and a lost wake, were there one, would cost a job that much.
+  explicit ThreadPool(std::size_t threads = 1, std::chrono::microseconds spin = std::chrono::microseconds(300),
+                      std::chrono::milliseconds recheck = std::chrono::milliseconds(100))
+      : count_(threads), spin_(spin), recheck_(recheck) {
     if (threads == 0) specdec::detail::fail("thread pool needs at least 1 thread, got 0");
     if (threads > active_mask) specdec::detail::fail("thread pool supports at most ", active_mask, " threads, got ", threads);
+    if (recheck.count() < 1) specdec::detail::fail("thread pool recheck must be at least 1 ms, got ", recheck.count(), " ms");
     workers_.reserve(threads - 1);
     for (std::size_t i = 1; i < threads; ++i) workers_.emplace_back([this, i] { work(i); });
   }
@@ -128,8 +186,7 @@ class ThreadPool {
 
   ~ThreadPool() {
     stop_.store(true, std::memory_order_release);
-    job_.generation.fetch_add(1, std::memory_order_seq_cst);
-    job_.generation.notify_all();
+    job_.generation.advance();
     for (auto& worker : workers_) worker.join();
   }
 
@@ -165,10 +222,9 @@ class ThreadPool {
     job_.tasks = tasks;
     job_.assigned = std::min(count_, tasks);
     next_.store(job_.assigned, std::memory_order_relaxed);
-    const std::uint64_t generation = job_.generation.load(std::memory_order_relaxed) + 1;
-    job_.ticket.store((generation & generation_mask) << generation_shift, std::memory_order_release);  // open
-    job_.generation.store(generation, std::memory_order_seq_cst);
-    detail::wake(job_.generation, worker_sleepers_, wakes_);
+    const std::uint64_t generation = (job_.generation.count() + 1) & generation_mask;
+    job_.ticket.store(generation << generation_shift, std::memory_order_release);  // open
+    if (job_.generation.advance()) wakes_.fetch_add(1, std::memory_order_relaxed);
     run_task(0, 0);
     claim_tasks(0);
     // Every task is claimed: close the job (no more joins), run the assigned tasks of threads that did not join
@@ -176,8 +232,8 @@ class ThreadPool {
     const std::uint64_t ticket = job_.ticket.fetch_or(closed_bit, std::memory_order_acq_rel);
     for (std::size_t t = 1 + joined(ticket); t < job_.assigned; ++t) run_task(t, 0);
     if (ticket & active_mask)
-      detail::spin_then_wait(job_.ticket, [this] { return (job_.ticket.load(std::memory_order_acquire) & active_mask) == 0; },
-                             spin_, caller_sleepers_);
+      job_.finished.wait_until([this] { return (job_.ticket.load(std::memory_order_acquire) & active_mask) == 0; }, spin_,
+                               recheck_);
     if (failed_.load(std::memory_order_acquire)) {
       failed_.store(false, std::memory_order_relaxed);
       std::rethrow_exception(std::exchange(error_, nullptr));
@@ -188,12 +244,14 @@ class ThreadPool {
   // Job::ticket = generation << generation_shift | closed_bit (no more joins) | workers that joined the job so
   // far << joined_shift | workers still in it. A worker's place in the join order (1, 2, ...) names the task it
   // runs first: task 0 is the caller's, tasks 1..assigned-1 go to the first workers to join, without a shared
-  // counter; the rest are claimed one by one from next_.
+  // counter; the rest are claimed one by one from next_. The generation names the job that a worker joins, so
+  // that it joins each job once; it repeats after 2^31 jobs, which a worker would have to sleep through between
+  // reading the generation and joining.
   static constexpr int joined_shift = 12;
   static constexpr std::uint64_t active_mask = (std::uint64_t{1} << joined_shift) - 1;
   static constexpr std::uint64_t closed_bit = std::uint64_t{1} << (2 * joined_shift);
   static constexpr int generation_shift = 2 * joined_shift + 1;
-  static constexpr std::uint64_t generation_mask = ~std::uint64_t{0} >> generation_shift;  // its low 39 bits
+  static constexpr std::uint64_t generation_mask = (std::uint64_t{1} << 31) - 1;  // what Signal counts
   static std::size_t joined(std::uint64_t ticket) { return (ticket >> joined_shift) & active_mask; }
 
   /// Runs task t unless a task of the job has thrown; records the first exception and ends the job.
@@ -212,42 +270,40 @@ class ThreadPool {
   }
 
   void work(std::size_t slot) {
-    std::uint64_t seen = 0;
+    std::uint32_t seen = 0;
     for (;;) {
-      detail::spin_then_wait(job_.generation, [&] { return job_.generation.load(std::memory_order_acquire) != seen; },
-                             spin_, worker_sleepers_);
-      seen = job_.generation.load(std::memory_order_acquire);
+      job_.generation.wait_until([&] { return job_.generation.count() != seen; }, spin_, recheck_);
+      seen = job_.generation.count();
       if (stop_.load(std::memory_order_acquire)) return;
       std::uint64_t ticket = job_.ticket.load(std::memory_order_acquire);
       bool joined_job = false;
-      while (!joined_job && (ticket >> generation_shift) == (seen & generation_mask) && !(ticket & closed_bit))
+      while (!joined_job && (ticket >> generation_shift) == seen && !(ticket & closed_bit))
         joined_job = job_.ticket.compare_exchange_weak(ticket, ticket + (std::uint64_t{1} << joined_shift) + 1,
                                                        std::memory_order_acq_rel);
       if (!joined_job) continue;  // woke after the caller closed this job
       if (const std::size_t first = joined(ticket) + 1; first < job_.assigned) run_task(first, slot);
       claim_tasks(slot);
       const std::uint64_t left = job_.ticket.fetch_sub(1, std::memory_order_seq_cst) - 1;
-      if ((left & closed_bit) && (left & active_mask) == 0) detail::wake(job_.ticket, caller_sleepers_, wakes_);
+      if ((left & closed_bit) && (left & active_mask) == 0) {  // the last to leave a closed job
+        if (job_.finished.advance()) wakes_.fetch_add(1, std::memory_order_relaxed);
+      }
     }
   }
 
   // What a worker reads to start a job, on one cache line: written by the caller once per job, read by the workers.
   struct alignas(64) Job {
-    std::atomic<std::uint64_t> generation{0};  // bumped once per job (and once at shutdown)
-    std::atomic<std::uint64_t> ticket{0};      // see joined_shift
-    std::size_t tasks = 0;                     // tasks of the current job
-    std::size_t assigned = 0;                  // tasks 0..assigned-1 go by join order, not through next_
+    detail::Signal generation;        // advanced once per job (and once at shutdown); the workers block on it
+    detail::Signal finished;          // advanced when the last worker leaves a closed job; the caller blocks on it
+    std::atomic<std::uint64_t> ticket{0};  // see joined_shift
+    std::size_t tasks = 0;                 // tasks of the current job
+    std::size_t assigned = 0;              // tasks 0..assigned-1 go by join order, not through next_
     void (*run)(void*, std::size_t, std::size_t) = nullptr;
     void* context = nullptr;
   };
-  // Threads of this pool that may be blocked (not spinning) in spin_then_wait, on the job's generation (workers)
-  // and on its ticket (the caller): a job wakes them only when there may be some (see detail::wake). Written only
-  // around a block and by a wake, read at every job's opening and end.
-  alignas(64) std::atomic<std::uint32_t> worker_sleepers_{0};
-  std::atomic<std::uint32_t> caller_sleepers_{0};
   std::atomic<std::uint64_t> wakes_{0};  // see wakes()
   std::size_t count_;
   std::chrono::microseconds spin_;
+  std::chrono::milliseconds recheck_;
   std::vector<std::thread> workers_;  // [count_ - 1]
   Job job_;
   alignas(64) std::atomic<std::size_t> next_{0};  // next unclaimed task of the current job, past the assigned ones
