@@ -261,7 +261,9 @@ TEST_CASE("a thread blocked on a Signal wakes at its next advance; an advance wi
                               std::chrono::hours(1));
     shared->done = true;
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // it blocks
+  for (int i = 0; i < 1000 && !shared->signal.marked(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(shared->signal.marked());  // it has marked the count, and blocks on it now or soon
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
   CHECK_FALSE(shared->done.load());
   CHECK(shared->signal.advance());  // it found the thread blocked: the wake's one system call
   for (int i = 0; i < 500 && !shared->done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));

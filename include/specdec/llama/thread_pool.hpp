@@ -3,9 +3,9 @@
 //
 // A forward pass issues a few hundred parallel loops of tens of microseconds each, so waking threads through
 // a condition variable per loop costs more than the extra core gains. Workers instead spin on an atomic
-// generation counter for a short while after each job and only then block (a futex on Linux, with a timeout:
-// see detail::Signal), so a busy pool reacts in well under a microsecond while an idle pool leaves its
-// cores to others.
+// generation counter for a short while after each job and only then block (detail::Signal: a futex with a
+// timeout on 64-bit Linux, std::atomic::wait elsewhere), so a busy pool reacts in well under a microsecond while
+// an idle pool leaves its cores to others.
 // Each thread's first task goes by the order in which it joined the job and the rest are claimed dynamically,
 // so a worker that wakes late (a busy machine) only means fewer helpers. Against claiming every task from the
 // shared counter, quantized_dot forwards of one position took 0.998x the time while the two vCPUs shared an L3
@@ -117,6 +117,10 @@ class Signal {
   /// The changes counted so far, modulo 2^31.
   std::uint32_t count() const { return word_.load(std::memory_order_acquire) >> 1; }
 
+  /// Whether a thread has marked the present count as one it may block on (it may not have blocked yet, or
+  /// have stopped waiting since): what the next advance() looks at.
+  bool marked() const { return (word_.load(std::memory_order_acquire) & 1) != 0; }
+
   /// Counts a change (sequentially consistent: whatever the caller wrote before is seen by a thread that sees
   /// the new count) and wakes the threads blocked on the old count; returns whether it made that system call.
   bool advance() {
@@ -129,8 +133,8 @@ class Signal {
   }
 
   /// Spins until `pred()` holds, for at most `spin`, then blocks until the count moves, looks again, and so on;
-  /// a blocked thread also looks again every `recheck` by itself.
-  /// requires: whoever makes pred() true then calls advance().
+  /// a blocked thread also looks again every `recheck` by itself (on 64-bit Linux).
+  /// requires: whoever makes pred() true then calls advance(); recheck >= 1 ms.
   template <class Pred>
   void wait_until(Pred pred, std::chrono::microseconds spin, std::chrono::milliseconds recheck) {
     const auto deadline = std::chrono::steady_clock::now() + spin;
@@ -169,8 +173,8 @@ class Signal {
 class ThreadPool {
  public:
   /// requires: threads >= 1, recheck >= 1 ms. `spin` is how long an idle thread polls before it blocks;
-  /// `recheck`, how often a blocked thread looks again by itself (see detail::Signal): an idle pool's
-  /// thread wakes that often, and a lost wake, were there one, would cost a job that much.
+  /// `recheck`, how often a blocked thread looks again by itself on 64-bit Linux (see detail::Signal): an idle
+  /// pool's thread wakes that often, and a lost wake, were there one, would cost a job that much.
   explicit ThreadPool(std::size_t threads = 1, std::chrono::microseconds spin = std::chrono::microseconds(300),
                       std::chrono::milliseconds recheck = std::chrono::milliseconds(100))
       : count_(threads), spin_(spin), recheck_(recheck) {
@@ -193,8 +197,8 @@ class ThreadPool {
   /// Threads that may run tasks, the caller included; slots passed to tasks are below this.
   std::size_t threads() const { return count_; }
 
-  /// How many times a job's opening or end found a thread of this pool blocked (idle past `spin`) and woke it,
-  /// since construction: a system call each. A pool that runs jobs back to back keeps this near 0; if it grows
+  /// How many times a job's opening or end found that a thread of this pool may have blocked (idle past
+  /// `spin`) and made the wake call, since construction: a system call each. A pool that runs jobs back to back keeps this near 0; if it grows
   /// by about one a job, `spin` is shorter than the gaps between this program's jobs.
   std::uint64_t wakes() const { return wakes_.load(std::memory_order_relaxed); }
 
