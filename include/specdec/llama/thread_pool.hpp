@@ -79,27 +79,6 @@ static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t) && std
               "the futex calls below take a std::atomic<std::uint32_t> for the 32-bit word it holds");
 #endif
 
-/// Blocks while `word` holds `seen`, for at most about `limit`; may return early (a wake meant for another
-/// change, a signal). On 64-bit Linux a futex on the word itself; elsewhere std::atomic::wait, without the limit.
-inline void wait_while(const std::atomic<std::uint32_t>& word, std::uint32_t seen, std::chrono::milliseconds limit) {
-#if defined(SPECDEC_THREAD_POOL_FUTEX)
-  timespec timeout{static_cast<time_t>(limit.count() / 1000), static_cast<long>(limit.count() % 1000) * 1000000L};
-  syscall(SYS_futex, reinterpret_cast<const std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, seen, &timeout, nullptr, 0);
-#else
-  (void)limit;
-  word.wait(seen, std::memory_order_acquire);
-#endif
-}
-
-/// Wakes every thread blocked in wait_while on `word`.
-inline void wake_all(std::atomic<std::uint32_t>& word) {
-#if defined(SPECDEC_THREAD_POOL_FUTEX)
-  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
-#else
-  word.notify_all();
-#endif
-}
-
 /// A count of changes that threads may block on until it moves: a 32-bit futex word holding the count in its
 /// upper 31 bits and, in bit 0, whether a thread may be blocked on the present count. advance() moves the count
 /// and clears the bit in one atomic step, and makes the wake system call only if the bit was set; a thread
@@ -152,6 +131,27 @@ class Signal {
   }
 
  private:
+  /// Blocks while `word` holds `seen`, for at most about `limit`; may return early (a wake meant for another
+  /// change, a signal). On 64-bit Linux a futex on the word itself; elsewhere std::atomic::wait, without the limit.
+  static void wait_while(const std::atomic<std::uint32_t>& word, std::uint32_t seen, std::chrono::milliseconds limit) {
+#if defined(SPECDEC_THREAD_POOL_FUTEX)
+    timespec timeout{static_cast<time_t>(limit.count() / 1000), static_cast<long>(limit.count() % 1000) * 1000000L};
+    syscall(SYS_futex, reinterpret_cast<const std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, seen, &timeout, nullptr, 0);
+#else
+    (void)limit;
+    word.wait(seen, std::memory_order_acquire);
+#endif
+  }
+
+  /// Wakes every thread blocked in wait_while on `word`.
+  static void wake_all(std::atomic<std::uint32_t>& word) {
+#if defined(SPECDEC_THREAD_POOL_FUTEX)
+    syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+#else
+    word.notify_all();
+#endif
+  }
+
   std::atomic<std::uint32_t> word_{0};
 };
 
@@ -198,8 +198,8 @@ class ThreadPool {
   std::size_t threads() const { return count_; }
 
   /// How many times a job's opening or end found that a thread of this pool may have blocked (idle past
-  /// `spin`) and made the wake call, since construction: a system call each. A pool that runs jobs back to back keeps this near 0; if it grows
-  /// by about one a job, `spin` is shorter than the gaps between this program's jobs.
+  /// `spin`) and made the wake call, since construction: a system call each. A pool that runs jobs back to back
+  /// keeps this near 0; if it grows by about one a job, `spin` is shorter than the gaps between this program's jobs.
   std::uint64_t wakes() const { return wakes_.load(std::memory_order_relaxed); }
 
   /// Calls fn(task, slot) once for each task in [0, threads()), each on its own thread and all at the same
