@@ -70,7 +70,8 @@ inline bool amd_family_25() {
 
 /// Whether the AVX-512 kernels ask for the next panels into L2 (the hint T1) rather than with the non-temporal
 /// hint (NTA): the float kernels (f32, bf16, bf16_dot) for their next step's panels (see panel_ahead), the block
-/// kernels for the next panel (panel_kernel_qdot). On AMD family 25 (the AVX-512 ones are Zen 4), not elsewhere.
+/// kernels for the next panel (panel_kernel_qdot); so do the AVX2 block kernels (half_panel_kernel_qdot_avx2).
+/// On AMD family 25 (the AVX-512 ones are Zen 4), not elsewhere.
 /// Measured on a Zen 4 (family 25, model 17; 2 threads, forwards of SmolLM2 at context 256, alternating call by
 /// call, 8-40 rounds, 2026-12-03), T1 against NTA:
 /// - float kernels: bf16 0.72-0.84x the time at 1 position, 0.86x at 2, 0.86-0.88x at 5, 0.98x at 9; bf16_dot
@@ -232,18 +233,20 @@ const float* prepared_inputs(const float* x, std::size_t x_stride, std::size_t p
 }
 #endif
 
-#if defined(__AVX512F__)
-SPECDEC_AVX512_WARNINGS_OFF
-// ---------------------------------------------------------------------------------------------------------
-// AVX-512 path. Each visitor loads (and widens) R panels' weights for one column at a time and hands
-// them to fn(w, k); the kernel multiplies them into R × P accumulators.
-
+#if defined(__AVX512F__) || defined(__AVX2__)
 /// Asks for the cache line at `line`, into L2 (the hint T1) or with the non-temporal hint (NTA); see
 /// requests_into_l2.
 SPECDEC_ALWAYS_INLINE void request_line(const void* line, bool into_l2) {
   if (into_l2) _mm_prefetch(static_cast<const char*>(line), _MM_HINT_T1);
   else _mm_prefetch(static_cast<const char*>(line), _MM_HINT_NTA);
 }
+#endif
+
+#if defined(__AVX512F__)
+SPECDEC_AVX512_WARNINGS_OFF
+// ---------------------------------------------------------------------------------------------------------
+// AVX-512 path. Each visitor loads (and widens) R panels' weights for one column at a time and hands
+// them to fn(w, k); the kernel multiplies them into R × P accumulators.
 
 /// What a float kernel step asks for: the panels `ahead` bytes after its own (0: nothing), into L2 (the hint T1)
 /// or with the non-temporal hint (NTA); see requests_into_l2.
