@@ -104,6 +104,11 @@ inline bool requests_into_l2 = amd_family_25();
 /// chains of FMAs: one panel's one chain read 32 GB/s in L2 at one position on one core of that Zen 4, two
 /// 59 GB/s (bf16_dot's one chain 43 GB/s), where a thread must read about 32 GB/s when the two vCPUs do not
 /// share an L3. The bits do not change. Read by every call, like requests_into_l2.
+/// The AVX2 float kernels follow it too (matmul_panels_avx2), where they took steps of 4 panels (f32, bf16,
+/// bf16_dot) at one position and 2 at two, each asking ahead. Built for AVX2 and run on the Zen 4 of 2026-12-05
+/// (the same forwards, alternating round by round, medians of 40 forwards a round, 6-8 rounds): one stream took
+/// f32 to 0.87-0.96x the time at 1 position (three runs) and 0.94x at 2, bf16 0.84-0.91x at 1 (three runs) and
+/// 0.92x at 2, bf16_dot 0.91x at 1 and at 2 (steps of a pair of its separate panels: 1.02x at 1).
 inline bool single_stream_steps = amd_family_25();
 
 /// Whether a float kernel step over `positions` positions reads one panel and asks for nothing ahead (see
@@ -548,7 +553,8 @@ void panel_kernel_avx2(const MatmulOutput& out, std::size_t panel, std::size_t l
   const std::byte* panels[R];
   SPECDEC_UNROLL for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + r);
   const std::size_t ahead = step_panels * w.panel_bytes(), next = R * w.panel_bytes();
-  const bool ask = half == 0 && (!std::is_same_v<Visitor, VisitF32Avx2> || next_step_in_run<R>(panel, last));
+  const bool ask = half == 0 && !single_stream_step(P) &&
+                   (!std::is_same_v<Visitor, VisitF32Avx2> || next_step_in_run<R>(panel, last));
   // Bytes from one column of a panel to its next: a bf16 column pair's stride covers two columns.
   const std::size_t pair_stride = bf16_pair_stride(w.encoding());
   const std::size_t column_bytes = std::is_same_v<Visitor, VisitF32Avx2> ? panel_rows * 4 : pair_stride / 2;
@@ -609,6 +615,16 @@ void matmul_panels_avx2(const MatmulOutput& out, std::size_t first, std::size_t 
         MatmulOutput og = out;
         og.y = out.y + (begin + s_begin) * out.y_stride;
         std::size_t p = b;
+        if (single_stream_step(n)) {  // one stream: a panel a step, or an interleaved pair (see single_stream_steps)
+          if (interleaves_panel_pairs(out.weights->encoding())) {
+            if (n == 1)
+              for (; p + 2 <= block_end; p += 2) panel_kernel_avx2<Visitor, 2, 2, 1>(og, p, last, 0, xt, count);
+            else
+              for (; p + 2 <= block_end; p += 2) panel_kernel_avx2<Visitor, 2, 2, 2>(og, p, last, 0, xt, count);
+          }
+          for (; p < block_end; ++p) whole[n - 1](og, p, last, 0, xt, count);
+          continue;
+        }
         if (n > 6) {
           for (; p < block_end; ++p)
             SPECDEC_UNROLL for (int half = 0; half < 2; ++half) halves[n - 1](og, p, last, half, xt, count);
