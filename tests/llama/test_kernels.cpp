@@ -429,27 +429,31 @@ TEST_CASE("a run of panels may start or end inside a pair of bf16 panels: its ro
     const auto m = random_matrix(encoding, rows, cols, 31);
     const std::size_t panels = m.packed.panels();
     const auto x = random_inputs(3, cols, 37);
+    const bool saved_steps = specdec::llama::detail::single_stream_steps;
     for (bool portable : {false, true})
-      for (std::size_t n : {1, 2, 3}) {
-        const auto run = [&](std::size_t first, std::size_t last) {
-          std::vector<float> y(n * rows, std::numeric_limits<float>::quiet_NaN());
-          specdec::llama::detail::matmul_panels(MatmulOutput{&m.packed, y.data(), rows, false}, first, last, x.data(),
-                                                cols, n, portable, specdec::llama::detail::next_call(), {});
-          return y;
-        };
-        const auto whole = run(0, panels);
-        for (std::size_t first = 0; first < panels; ++first)
-          for (std::size_t last = first + 1; last <= panels; ++last) {
-            CAPTURE(static_cast<int>(encoding), portable, n, first, last);
-            const auto y = run(first, last);
-            for (std::size_t p = 0; p < n; ++p)
-              for (std::size_t r = 0; r < rows; ++r) {
-                const float v = y[p * rows + r];
-                if (r >= first * 16 && r < last * 16) REQUIRE(std::memcmp(&v, &whole[p * rows + r], sizeof v) == 0);
-                else REQUIRE(std::isnan(v));
-              }
-          }
-      }
+      for (std::size_t n : {1, 2, 3})
+        for (bool single : {false, true}) {  // the vector kernels' steps of one stream, or of several panels
+          specdec::llama::detail::single_stream_steps = single;
+          const auto run = [&](std::size_t first, std::size_t last) {
+            std::vector<float> y(n * rows, std::numeric_limits<float>::quiet_NaN());
+            specdec::llama::detail::matmul_panels(MatmulOutput{&m.packed, y.data(), rows, false}, first, last, x.data(),
+                                                  cols, n, portable, specdec::llama::detail::next_call(), {});
+            return y;
+          };
+          const auto whole = run(0, panels);
+          for (std::size_t first = 0; first < panels; ++first)
+            for (std::size_t last = first + 1; last <= panels; ++last) {
+              CAPTURE(static_cast<int>(encoding), portable, n, single, first, last);
+              const auto y = run(first, last);
+              for (std::size_t p = 0; p < n; ++p)
+                for (std::size_t r = 0; r < rows; ++r) {
+                  const float v = y[p * rows + r];
+                  if (r >= first * 16 && r < last * 16) REQUIRE(std::memcmp(&v, &whole[p * rows + r], sizeof v) == 0);
+                  else REQUIRE(std::isnan(v));
+                }
+            }
+          specdec::llama::detail::single_stream_steps = saved_steps;
+        }
   }
 }
 

@@ -506,18 +506,19 @@ inline __m256 load8(const std::int8_t* p) {
 
 /// Scores of one row for all its keys, 16 keys per step as two 8-lane halves (4 chains each: 8 accumulators,
 /// so one row at a time fits AVX2's 16 registers). requires: d % 4 == 0.
-/// In a call of one position each column's load asks for the same column of the next block and for a line of
-/// this block's values, into L2, as group_scores_avx512 does. Built for AVX2 and run on the Zen 4 of 2026-12-05
-/// (forwards of SmolLM2 at context 256, 2 threads, alternating round by round in one process, medians of 40
-/// forwards a round): at one position the attention stage took 0.79-0.80x the time and the forward 0.955x
-/// (quantized_dot, 12 rounds) and 0.98x (quantized, 8 rounds); at 2 positions 0.79x and 0.96x, at 5 0.94x and
-/// 0.99x, at 9 1.15x and 1.03x (asking in the rows of the first position only: 1.13x and 1.035x).
+/// In a group of at most 5 positions each column's load asks, into L2, for the same column of the next block and
+/// for a line of values (this block's and, for f16 and q8, the next's), as group_scores_avx512 does. Built for
+/// AVX2 and run on the Zen 4 of 2026-12-05 (forwards of SmolLM2 at context 256, 2 threads, quantized_dot,
+/// alternating round by round in one process, medians of 40 forwards a round), against asking for nothing: at
+/// one position the attention stage took 0.78-0.80x the time and the forward 0.955x (12 rounds; quantized 0.98x,
+/// 8 rounds), at 2 positions 0.79x and 0.96x, at 5 0.94x and 0.99x, but at 9 1.15x and 1.03x (asking in the
+/// rows of the first position only: 1.13x and 1.035x).
 template <class T>
 void row_scores_avx2(const AttentionGroup<T>& a, std::size_t r) {
   const std::size_t part = a.d / 4, blocks = (a.row_keys(r) + key_block - 1) / key_block;
   const float* q = a.q_row(r);
   const __m256 scale = _mm256_set1_ps(a.scale);
-  const bool ask = a.positions == 1;
+  const bool ask = a.positions <= 5;
   for (std::size_t b = 0; b < blocks; ++b) {
     const T* block = a.keys_t + b * a.d * key_block;
     const T* next = b + 1 < blocks ? block + a.d * key_block : block;

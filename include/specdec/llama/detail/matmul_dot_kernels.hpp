@@ -573,7 +573,7 @@ SPECDEC_ALWAYS_INLINE __m256 load_f16x8(const std::byte* p) {
 /// H halves (8 rows each) of one panel, from half `first_half`, × P positions of a block matrix with Digits-digit
 /// inputs. With H = 2 each block's lines are used for both halves in turn, so the panel is read in one pass.
 template <PanelEncoding Type, int Digits, int P, int H>
-void half_panel_kernel_qdot_avx2(const MatmulOutput& out, std::size_t panel, int first_half, const std::byte* xq) {
+void halves_kernel_qdot_avx2(const MatmulOutput& out, std::size_t panel, int first_half, const std::byte* xq) {
   constexpr bool has_min = Type == PanelEncoding::q4_1, q8 = Type == PanelEncoding::q8_0;
   constexpr bool signed_q8 = q8 && Digits == 1;  // the quants as signed bytes (see above)
   constexpr std::int32_t offset = signed_q8 ? 0 : q8 ? 128 : Type == PanelEncoding::q4_0 ? 8 : 0;
@@ -599,13 +599,14 @@ void half_panel_kernel_qdot_avx2(const MatmulOutput& out, std::size_t panel, int
   //   40 forwards a round, 6-10 rounds), T1 one panel ahead took quantized forwards to 0.90-0.92x the time of
   //   NTA at one position and 0.98x at 2, but 1.02-1.05x at 5 and 1.01x at 9; quantized_dot (with the one-pass
   //   kernel at one position, see panel_kernel_qdot_avx2) to 0.97-0.975x at 1, 0.95x at 2 and 5, 0.97x at 9,
-  //   but 1.02x at 16.
-  const std::size_t ahead = w.panel_bytes();
+  //   but 1.02x at 16. (quantized at 3 positions, 9 digit products, was not measured.) Not measured on a Zen 3.
+  const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(panel_bytes) + w.panel_bytes();  // the next panel
   const bool into_l2 = requests_into_l2 && Digits * P <= 9;
   for (std::size_t b = 0; b < blocks; ++b) {
     const std::byte* block = panel_bytes + b * block_bytes;
     if (first_half == 0)
-      for (std::size_t line = 0; line < block_bytes; line += 64) request_line(block + ahead + line, into_l2);
+      for (std::size_t line = 0; line < block_bytes; line += 64)
+        request_line(reinterpret_cast<const void*>(ahead + b * block_bytes + line), into_l2);
     const std::byte* xb = xq + b * P * entry;
     SPECDEC_UNROLL for (int h = 0; h < H; ++h) {
       const int half = first_half + h;
@@ -688,7 +689,7 @@ void half_panel_kernel_qdot_avx2(const MatmulOutput& out, std::size_t panel, int
   }
   SPECDEC_UNROLL for (int h = 0; h < H; ++h) {
     const std::size_t row0 = panel * panel_rows + 8 * static_cast<std::size_t>(first_half + h);
-    if (row0 >= w.rows()) return;
+    if (row0 >= w.rows()) break;  // padding rows only, here and in any later half
     const std::size_t lanes = std::min<std::size_t>(8, w.rows() - row0);
     SPECDEC_UNROLL for (int p = 0; p < P; ++p) {
       float v[8];
@@ -711,10 +712,10 @@ void half_panel_kernel_qdot_avx2(const MatmulOutput& out, std::size_t panel, int
 template <PanelEncoding Type, int Digits, int P>
 void panel_kernel_qdot_avx2(const MatmulOutput& out, std::size_t panel, const std::byte* xq) {
   if constexpr (Digits == 1 && P == 1) {
-    half_panel_kernel_qdot_avx2<Type, Digits, P, 2>(out, panel, 0, xq);
+    halves_kernel_qdot_avx2<Type, Digits, P, 2>(out, panel, 0, xq);
   } else {
-    half_panel_kernel_qdot_avx2<Type, Digits, P, 1>(out, panel, 0, xq);
-    half_panel_kernel_qdot_avx2<Type, Digits, P, 1>(out, panel, 1, xq);
+    halves_kernel_qdot_avx2<Type, Digits, P, 1>(out, panel, 0, xq);
+    halves_kernel_qdot_avx2<Type, Digits, P, 1>(out, panel, 1, xq);
   }
 }
 

@@ -70,8 +70,10 @@ inline bool amd_family_25() {
 
 /// Whether the AVX-512 kernels ask for the next panels into L2 (the hint T1) rather than with the non-temporal
 /// hint (NTA): the float kernels (f32, bf16, bf16_dot) for their next step's panels (see panel_ahead), the block
-/// kernels for the next panel (panel_kernel_qdot); so do the AVX2 block kernels (half_panel_kernel_qdot_avx2).
-/// On AMD family 25 (the AVX-512 ones are Zen 4), not elsewhere.
+/// kernels for the next panel (panel_kernel_qdot). On AMD family 25 (Zen 3 and Zen 4; the AVX-512 ones are Zen
+/// 4), not elsewhere. The AVX2 block kernels follow it too, up to 9 digit products a block, and ask at every
+/// width (they have no quiet_dot_products); see halves_kernel_qdot_avx2, measured on a Zen 4 running AVX2 code,
+/// not on a Zen 3.
 /// Measured on a Zen 4 (family 25, model 17; 2 threads, forwards of SmolLM2 at context 256, alternating call by
 /// call, 8-40 rounds, 2026-12-03), T1 against NTA:
 /// - float kernels: bf16 0.72-0.84x the time at 1 position, 0.86x at 2, 0.86-0.88x at 5, 0.98x at 9; bf16_dot
@@ -105,7 +107,8 @@ inline bool requests_into_l2 = amd_family_25();
 /// 59 GB/s (bf16_dot's one chain 43 GB/s), where a thread must read about 32 GB/s when the two vCPUs do not
 /// share an L3. The bits do not change. Read by every call, like requests_into_l2.
 /// The AVX2 float kernels follow it too (matmul_panels_avx2), where they took steps of 4 panels (f32, bf16,
-/// bf16_dot) at one position and 2 at two, each asking ahead. Built for AVX2 and run on the Zen 4 of 2026-12-05
+/// bf16_dot) at one position and 2 at two, each asking ahead; not measured on a Zen 3, which is family 25 as
+/// well. Built for AVX2 and run on the Zen 4 of 2026-12-05
 /// (the same forwards, alternating round by round, medians of 40 forwards a round, 6-8 rounds): one stream took
 /// f32 to 0.87-0.96x the time at 1 position (three runs) and 0.94x at 2, bf16 0.84-0.91x at 1 (three runs) and
 /// 0.92x at 2, bf16_dot 0.91x at 1 and at 2 (steps of a pair of its separate panels: 1.02x at 1).
@@ -468,9 +471,11 @@ SPECDEC_AVX512_WARNINGS_ON
 // accumulators, 2 weight vectors, 1 broadcast); 7 to 12 take one pass per half (P accumulators, 1 weight
 // vector); more are split into passes of at most 12. Fewer than 8 accumulators leave the FMA units waiting on
 // their 4-cycle latency, hence several panels per step for 1 and 2 positions (2 panels × 3 positions
-// spilled). The second and later passes over a step's panels read them from cache, so every kernel prefetches
-// the next step's panels into L2 (on a Zen 3, 10% faster for 5 and 9 positions of a 151 MB matrix, two
-// threads, medians of 9). f32 instead asks for the panels of the next call with the non-temporal hint (NTA),
+// spilled), except where single_stream_steps says one stream reads faster (AMD family 25): there 1 and 2
+// positions take a panel a step (or a bf16 pair) and ask for nothing ahead. The second and later passes over a
+// step's panels read them from cache, so every other step prefetches the next step's panels into L2 (on a Zen
+// 3, 10% faster for 5 and 9 positions of a 151 MB matrix, two threads, medians of 9). f32 instead asks for the
+// panels of the next call with the non-temporal hint (NTA),
 // as the block kernels do: built for AVX2 and run on the AVX-512 machine of 2026-12-02, alternating call by
 // call, forwards of f32 took 0.81-0.92x the time at 1 position and 0.82-0.92x at 5; for bf16 it was 0.94-0.99x
 // at 1 and 1.02-1.03x at 5, so bf16 keeps T1. Not measured on a Zen 3.
@@ -615,24 +620,18 @@ void matmul_panels_avx2(const MatmulOutput& out, std::size_t first, std::size_t 
         MatmulOutput og = out;
         og.y = out.y + (begin + s_begin) * out.y_stride;
         std::size_t p = b;
-        if (single_stream_step(n)) {  // one stream: a panel a step, or an interleaved pair (see single_stream_steps)
-          if (interleaves_panel_pairs(out.weights->encoding())) {
-            if (n == 1)
-              for (; p + 2 <= block_end; p += 2) panel_kernel_avx2<Visitor, 2, 2, 1>(og, p, last, 0, xt, count);
-            else
-              for (; p + 2 <= block_end; p += 2) panel_kernel_avx2<Visitor, 2, 2, 2>(og, p, last, 0, xt, count);
-          }
-          for (; p < block_end; ++p) whole[n - 1](og, p, last, 0, xt, count);
-          continue;
-        }
         if (n > 6) {
           for (; p < block_end; ++p)
             SPECDEC_UNROLL for (int half = 0; half < 2; ++half) halves[n - 1](og, p, last, half, xt, count);
           continue;
         }
-        if (n == 1)
+        // One stream where single_stream_steps says so: a panel a step, or one of bf16's interleaved pairs.
+        const bool single = single_stream_step(n), pairs = interleaves_panel_pairs(out.weights->encoding());
+        if (n == 1 && !single)
           for (; p + 4 <= block_end; p += 4) panel_kernel_avx2<Visitor, 4, 2, 1>(og, p, last, 0, xt, count);
-        if (n == 2)
+        if (n == 1 && single && pairs)
+          for (; p + 2 <= block_end; p += 2) panel_kernel_avx2<Visitor, 2, 2, 1>(og, p, last, 0, xt, count);
+        if (n == 2 && (!single || pairs))
           for (; p + 2 <= block_end; p += 2) panel_kernel_avx2<Visitor, 2, 2, 2>(og, p, last, 0, xt, count);
         for (; p < block_end; ++p) whole[n - 1](og, p, last, 0, xt, count);
       }
