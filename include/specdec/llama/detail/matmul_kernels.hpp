@@ -108,10 +108,10 @@ inline bool requests_into_l2 = amd_family_25();
 /// share an L3. The bits do not change. Read by every call, like requests_into_l2.
 /// The AVX2 float kernels follow it too (matmul_panels_avx2), where they took steps of 4 panels (f32, bf16,
 /// bf16_dot) at one position and 2 at two, each asking ahead; not measured on a Zen 3, which is family 25 as
-/// well. Built for AVX2 and run on the Zen 4 of 2026-12-05
-/// (the same forwards, alternating round by round, medians of 40 forwards a round, 6-8 rounds): one stream took
-/// f32 to 0.87-0.96x the time at 1 position (three runs) and 0.94x at 2, bf16 0.84-0.91x at 1 (three runs) and
-/// 0.92x at 2, bf16_dot 0.91x at 1 and at 2 (steps of a pair of its separate panels: 1.02x at 1).
+/// well. Built for AVX2 and run on the Zen 4 of 2026-12-05 (the same forwards, alternating round by round,
+/// medians of 40 forwards a round, 6-8 rounds): one stream took f32 to 0.87-0.96x the time at 1 position (three
+/// runs) and 0.94x at 2, bf16 0.84-0.91x at 1 (three runs) and 0.92x at 2, bf16_dot 0.91x at 1 and at 2 (steps
+/// of a pair of its separate panels: 1.02x at 1).
 inline bool single_stream_steps = amd_family_25();
 
 /// Whether a float kernel step over `positions` positions reads one panel and asks for nothing ahead (see
@@ -470,15 +470,14 @@ SPECDEC_AVX512_WARNINGS_ON
 // path's order. AVX2 has 16 registers: up to 6 positions take one pass over the panel with both halves (12
 // accumulators, 2 weight vectors, 1 broadcast); 7 to 12 take one pass per half (P accumulators, 1 weight
 // vector); more are split into passes of at most 12. Fewer than 8 accumulators leave the FMA units waiting on
-// their 4-cycle latency, hence several panels per step for 1 and 2 positions (2 panels × 3 positions
-// spilled), except where single_stream_steps says one stream reads faster (AMD family 25): there 1 and 2
-// positions take a panel a step (or a bf16 pair) and ask for nothing ahead. The second and later passes over a
-// step's panels read them from cache, so every other step prefetches the next step's panels into L2 (on a Zen
-// 3, 10% faster for 5 and 9 positions of a 151 MB matrix, two threads, medians of 9). f32 instead asks for the
-// panels of the next call with the non-temporal hint (NTA),
-// as the block kernels do: built for AVX2 and run on the AVX-512 machine of 2026-12-02, alternating call by
-// call, forwards of f32 took 0.81-0.92x the time at 1 position and 0.82-0.92x at 5; for bf16 it was 0.94-0.99x
-// at 1 and 1.02-1.03x at 5, so bf16 keeps T1. Not measured on a Zen 3.
+// their 4-cycle latency, hence several panels per step for 1 and 2 positions (2 panels × 3 positions spilled),
+// except where single_stream_steps says one stream reads faster (AMD family 25): there 1 and 2 positions take a
+// panel a step (or a bf16 pair) and ask for nothing ahead. The second and later passes over a step's panels read
+// them from cache, so every other step prefetches the next step's panels into L2 (on a Zen 3, 10% faster for 5
+// and 9 positions of a 151 MB matrix, two threads, medians of 9). f32 instead asks for the panels of the next
+// call with the non-temporal hint (NTA), as the block kernels do: built for AVX2 and run on the AVX-512 machine
+// of 2026-12-02, alternating call by call, forwards of f32 took 0.81-0.92x the time at 1 position and 0.82-0.92x
+// at 5; for bf16 it was 0.94-0.99x at 1 and 1.02-1.03x at 5, so bf16 keeps T1. Not measured on a Zen 3.
 
 /// The visitors hand fn(w, k) the weights of column k for R panels × H halves, starting at half `half`.
 struct VisitF32Avx2 {
