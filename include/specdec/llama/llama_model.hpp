@@ -341,7 +341,7 @@ class Transformer {
         if (t == 0) clock.mark(stage);  // the caller's task keeps the clock
       };
       float* h = &norm_rows_[t * (norm_rows_.size() / threads)];
-      std::byte* hq = norm_inputs_.empty() ? nullptr : norm_inputs_[t * (norm_inputs_.size() / threads)].bytes;
+      std::byte* hq = norm_inputs_.empty() ? nullptr : line_bytes(&norm_inputs_[t * (norm_inputs_.size() / threads)]);
       const QuantizedInputs normed = quantizes(e) ? QuantizedInputs{hq, input_digits_} : QuantizedInputs{};
       const auto norm = [&](const std::vector<float>& weight) {
         for (std::size_t i = 0; i < n; ++i) {
@@ -468,7 +468,7 @@ class Transformer {
   /// block kernels, or none where it did not (float weights; cols not whole 32-column blocks).
   QuantizedInputs quantized(std::size_t cols) const {
     if (!quantizes(cols)) return {};
-    return {xq_.data()->bytes, input_digits_};
+    return {line_bytes(xq_.data()), input_digits_};
   }
 
   /// Whether inputs of cols columns are quantised by their producer: block weights, and whole 32-column blocks.
@@ -485,7 +485,7 @@ class Transformer {
   void quantize_for_next(const float* row, std::size_t i, std::size_t first, std::size_t last, std::size_t cols,
                          std::size_t n) {
     if (!quantizes(cols)) return;
-    quantize_row_blocks(input_digits_, row, i, first, last, n, cols / quant_block, xq_.data()->bytes);
+    quantize_row_blocks(input_digits_, row, i, first, last, n, cols / quant_block, line_bytes(xq_.data()));
   }
 
   /// out[i] = x[i] / sqrt(mean(x[i]²) + eps) · weight, per row; the sum of squares in double, in 16 partial

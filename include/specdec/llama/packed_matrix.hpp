@@ -198,6 +198,12 @@ struct alignas(64) CacheLine {
   std::byte bytes[64];
 };
 
+/// The bytes of a run of cache lines from `line` on, as one array: an entry may span lines, so writers take
+/// this pointer rather than the first line's `bytes` (GCC 12 bounds writes through that member by its 64 bytes
+/// and warned of an overflow for -march=sapphirerapids).
+inline std::byte* line_bytes(CacheLine* line) { return reinterpret_cast<std::byte*>(line); }
+inline const std::byte* line_bytes(const CacheLine* line) { return reinterpret_cast<const std::byte*>(line); }
+
 }  // namespace detail
 
 /// A weight matrix [rows, cols] (y = W·x maps cols inputs to rows outputs) repacked into 16-row panels.

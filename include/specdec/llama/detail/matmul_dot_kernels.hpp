@@ -348,10 +348,10 @@ const std::byte* prepared_quantized_inputs(const float* x, std::size_t x_stride,
     // At least one line, so that data() is never null (a matrix with no columns has no entries).
     const std::size_t lines = std::max<std::size_t>(1, (bytes + sizeof(CacheLine) - 1) / sizeof(CacheLine));
     if (buffer.size() < lines) buffer.resize(lines);
-    quantize_inputs<Digits>(x, x_stride, positions, cols, buffer.data()->bytes);
+    quantize_inputs<Digits>(x, x_stride, positions, cols, line_bytes(buffer.data()));
     prepared = call;
   }
-  return buffer.data()->bytes;
+  return line_bytes(buffer.data());
 }
 
 /// Portable twin of the dot kernels: the same integer sums and the same float sequence per (row, position).
