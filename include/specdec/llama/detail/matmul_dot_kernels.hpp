@@ -588,7 +588,8 @@ void halves_kernel_qdot_avx2(const MatmulOutput& out, std::size_t panel, int fir
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   const std::size_t blocks = w.cols() / quant_block;
   // The pass over the first half asks for the same block of the next panel: into L2 (T1) where requests_into_l2
-  // says so and a block takes at most 9 digit products (Digits × P), else with the non-temporal hint (NTA).
+  // says so and a block takes at most l2_dot_products_avx2 digit products (Digits × P; 9 on AMD family 25), else
+  // with the non-temporal hint (NTA).
   // - Until 2026-12-02 it asked for the panel a step of run_dot_kernels ahead (4 panels) into L2, which on a
   //   2-core Zen 3 took forwards of SmolLM2 (context 256, alternating with no prefetch, medians of 11) to
   //   0.90-0.96x the time at 5 positions, 0.93-0.94x at 9 and 0.98-1.00x at 1.
@@ -600,8 +601,12 @@ void halves_kernel_qdot_avx2(const MatmulOutput& out, std::size_t panel, int fir
   //   NTA at one position and 0.98x at 2, but 1.02-1.05x at 5 and 1.01x at 9; quantized_dot (with the one-pass
   //   kernel at one position, see panel_kernel_qdot_avx2) to 0.97-0.975x at 1, 0.95x at 2 and 5, 0.97x at 9,
   //   but 1.02x at 16. (quantized at 3 positions, 9 digit products, was not measured.) Not measured on a Zen 3.
+  // - On the Intel Xeon of 2026-12-05 (family 6), where NTA requests read 0.4x the bandwidth (see
+  //   requests_into_l2), T1 instead of NTA took quantized_dot forwards to 0.40-0.53x the time at one position and
+  //   quantized to 0.48-0.73x (bench_llama_forward, 2 threads, two runs each, in turn); above 9 products see
+  //   l2_dot_products_avx2.
   const std::uintptr_t ahead = reinterpret_cast<std::uintptr_t>(panel_bytes) + w.panel_bytes();  // the next panel
-  const bool into_l2 = requests_into_l2 && Digits * P <= 9;
+  const bool into_l2 = requests_into_l2 && Digits * P <= l2_dot_products_avx2;
   for (std::size_t b = 0; b < blocks; ++b) {
     const std::byte* block = panel_bytes + b * block_bytes;
     if (first_half == 0)

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -62,18 +63,19 @@ inline CpuFamily cpu_family() {
 #endif
 }
 
-/// Whether this is an AMD CPU of family 25 (Zen 3, Zen 4), for which the prefetch rules below differ.
-inline bool amd_family_25() {
+/// Whether this is an AMD CPU of the given family (25: Zen 3 and Zen 4; 26: Zen 5), for which the prefetch rules
+/// below differ.
+inline bool amd_family(unsigned family) {
   const CpuFamily cpu = cpu_family();
-  return cpu.amd && cpu.family == 25;
+  return cpu.amd && cpu.family == family;
 }
 
 /// Whether the AVX-512 kernels ask for the next panels into L2 (the hint T1) rather than with the non-temporal
 /// hint (NTA): the float kernels (f32, bf16, bf16_dot) for their next step's panels (see panel_ahead), the block
-/// kernels for the next panel (panel_kernel_qdot). On AMD family 25 (Zen 3 and Zen 4; the AVX-512 ones are Zen
-/// 4), not elsewhere. The AVX2 block kernels follow it too, up to 9 digit products a block, and ask at every
-/// width (they have no quiet_dot_products); see halves_kernel_qdot_avx2, measured on a Zen 4 running AVX2 code,
-/// not on a Zen 3.
+/// kernels for the next panel (panel_kernel_qdot). Everywhere but on AMD family 26 (Zen 5), the one CPU where NTA
+/// was measured the faster (below). The AVX2 block kernels follow it too, up to 9 digit products a block, and ask
+/// at every width (they have no quiet_dot_products); see halves_kernel_qdot_avx2, measured on a Zen 4 running
+/// AVX2 code, not on a Zen 3. So does the AVX2 f32 kernel (see matmul_panels_avx2).
 /// Measured on a Zen 4 (family 25, model 17; 2 threads, forwards of SmolLM2 at context 256, alternating call by
 /// call, 8-40 rounds, 2026-12-03), T1 against NTA:
 /// - float kernels: bf16 0.72-0.84x the time at 1 position, 0.86x at 2, 0.86-0.88x at 5, 0.98x at 9; bf16_dot
@@ -86,9 +88,14 @@ inline bool amd_family_25() {
 ///   0.97-0.98x at 5, 1.01x at 9. At quantized_dot's one position, asking for every panel read 1.01-1.03x (the
 ///   output head's stage 0.97 ms against 0.75 without, 150 rounds), for q8_0 alone 1.09x, and for the 4-bit
 ///   panels alone 0.99x (150 rounds; within this machine's noise, so not taken).
-/// On the Zen 5 of 2026-12-02 and -03, T1 took the float kernels 0.99-1.11x the time of NTA. The bits do not
-/// change. Read by every call: a program may change it between forwards (for measuring).
-inline bool requests_into_l2 = amd_family_25();
+/// On the Zen 5 of 2026-12-02 and -03, T1 took the float kernels 0.99-1.11x the time of NTA. On an Intel Xeon of
+/// 2026-12-05 (family 6, model 207, Emerald Rapids; the same forwards, alternating round by round in one process,
+/// medians of 6 rounds of 12 forwards) NTA requests left the kernels waiting on memory, as if the lines were
+/// evicted again before their use, and T1 took 0.39-0.51x the time of NTA in bf16, bf16_dot, quantized and
+/// quantized_dot at 1, 2 and 5 positions and 0.51-0.81x at 9; f32 (which asks from 3 positions) 0.50x at 5 and
+/// 9. Elsewhere, where unmeasured, T1 is the hint the caches keep. The bits do not change. Read by every call: a
+/// program may change it between forwards (for measuring).
+inline bool requests_into_l2 = !amd_family(26);
 
 /// Whether the AVX-512 float kernels (f32, bf16, bf16_dot) take one panel a step at 1 and 2 positions and ask
 /// for nothing ahead there, leaving the weights to the hardware prefetcher: a thread's panels are adjacent in
@@ -112,7 +119,10 @@ inline bool requests_into_l2 = amd_family_25();
 /// medians of 40 forwards a round, 6-8 rounds): one stream took f32 to 0.87-0.96x the time at 1 position (three
 /// runs) and 0.94x at 2, bf16 0.84-0.91x at 1 (three runs) and 0.92x at 2, bf16_dot 0.91x at 1 and at 2 (steps
 /// of a pair of its separate panels: 1.02x at 1).
-inline bool single_stream_steps = amd_family_25();
+/// On the Intel Xeon of 2026-12-05 (family 6, model 207; as for requests_into_l2, with T1 requests) one stream
+/// took f32 1.17x the time at 1 position and 1.25x at 2, bf16 1.36x and 1.48x, bf16_dot 1.39x and 1.57x, so it
+/// stays off there.
+inline bool single_stream_steps = amd_family(25);
 
 /// Whether a float kernel step over `positions` positions reads one panel and asks for nothing ahead (see
 /// single_stream_steps): the one place both panels_per_step and panel_ahead take that rule from.
@@ -127,13 +137,23 @@ inline bool single_stream_step(std::size_t positions) { return positions <= 2 &&
 /// at 1 position, 0.93-0.98x at 2, 0.85-0.91x at 3, 0.91x at 4, 0.92-0.93x at 5, but 1.17x, 1.33x, 1.14x and
 /// 1.10x at 6-9; quantized (3 digits) to 0.86-0.87x at 1, 1.01x at 2, 1.20x at 5; then, against 5 for both,
 /// leaving q8_0 (SmolLM2's output head) up to 16: quantized_dot 0.88-0.89x at 6, 0.95x at 7, 1.005x at 8,
-/// 1.01-1.02x at 9, 1.065x at 16; quantized 0.94x at 2, 0.97x at 3. The bits do not change. Read by every call,
-/// like requests_into_l2.
+/// 1.01-1.02x at 9, 1.065x at 16; quantized 0.94x at 2, 0.97x at 3. On the Intel Xeon of 2026-12-05 (as for
+/// requests_into_l2, with T1 requests) leaving one-digit blocks at one position took quantized_dot 1.32x the time.
+/// The bits do not change. Read by every call, like requests_into_l2.
 struct QuietDotProducts {
   int q4 = 0;  // q4_0 and q4_1
   int q8 = 0;  // q8_0
 };
-inline QuietDotProducts quiet_dot_products = amd_family_25() ? QuietDotProducts{1, 1} : QuietDotProducts{};
+inline QuietDotProducts quiet_dot_products = amd_family(25) ? QuietDotProducts{1, 1} : QuietDotProducts{};
+
+/// Digit products per weight block (input digits × positions of a kernel call) up to which the AVX2 block
+/// kernels ask for the next panel into L2 where requests_into_l2 says so; above it they ask with the
+/// non-temporal hint (see halves_kernel_qdot_avx2). 9 on AMD family 25, where T1 was measured slower from 5
+/// positions of quantized (15 products); no limit elsewhere: on the Intel Xeon of 2026-12-05, built for AVX2,
+/// T1 instead of NTA above 9 products took quantized forwards (2 threads, bench_llama_forward, two runs each, in
+/// turn) 0.67-0.86x the time at 5 positions and 0.85-0.91x at 9, quantized_dot 0.82-0.83x at 16. The bits do not
+/// change. Read by every call, like requests_into_l2.
+inline int l2_dot_products_avx2 = amd_family(25) ? 9 : std::numeric_limits<int>::max();
 
 /// Positions that share one pass over a panel's weights. One pass streams the weights from memory while
 /// computing, so up to 16 positions cost about one weight read.
@@ -474,10 +494,14 @@ SPECDEC_AVX512_WARNINGS_ON
 // except where single_stream_steps says one stream reads faster (AMD family 25): there 1 and 2 positions take a
 // panel a step (or a bf16 pair) and ask for nothing ahead. The second and later passes over a step's panels read
 // them from cache, so every other step prefetches the next step's panels into L2 (on a Zen 3, 10% faster for 5
-// and 9 positions of a 151 MB matrix, two threads, medians of 9). f32 instead asks for the panels of the next
-// call with the non-temporal hint (NTA), as the block kernels do: built for AVX2 and run on the AVX-512 machine
-// of 2026-12-02, alternating call by call, forwards of f32 took 0.81-0.92x the time at 1 position and 0.82-0.92x
-// at 5; for bf16 it was 0.94-0.99x at 1 and 1.02-1.03x at 5, so bf16 keeps T1. Not measured on a Zen 3.
+// and 9 positions of a 151 MB matrix, two threads, medians of 9). f32 instead asks for the panels of its next
+// step with the hint requests_into_l2 picks, as the block kernels do: built for AVX2 and run on the AVX-512
+// machine of 2026-12-02 (a Zen 5, where that hint is NTA), alternating call by call, forwards of f32 took
+// 0.81-0.92x the time at 1 position and 0.82-0.92x at 5 with NTA against T1 four panels ahead; for bf16 it was
+// 0.94-0.99x at 1 and 1.02-1.03x at 5, so bf16 keeps T1. On the Intel Xeon of 2026-12-05, where NTA requests
+// read 0.4x the memory bandwidth (see requests_into_l2), T1 instead of NTA took f32 0.45-0.46x the time at
+// 1 position, 0.49x at 2, 0.46-0.53x at 5 and 0.55-0.63x at 9 (bench_llama_forward, 2 threads, two runs each, in
+// turn). Not measured on a Zen 3 or 4 (family 25, where the hint is T1 and f32 asks only from 3 positions).
 
 /// The visitors hand fn(w, k) the weights of column k for R panels × H halves, starting at half `half`.
 struct VisitF32Avx2 {
@@ -558,7 +582,8 @@ void panel_kernel_avx2(const MatmulOutput& out, std::size_t panel, std::size_t l
   SPECDEC_UNROLL for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + r);
   const std::size_t ahead = step_panels * w.panel_bytes(), next = R * w.panel_bytes();
   const bool ask = half == 0 && !single_stream_step(P) &&
-                   (!std::is_same_v<Visitor, VisitF32Avx2> || next_step_in_run<R>(panel, last));
+                   (!std::is_same_v<Visitor, VisitF32Avx2> || next_step_in_run<R>(panel, last)),
+             into_l2 = requests_into_l2;
   // Bytes from one column of a panel to its next: a bf16 column pair's stride covers two columns.
   const std::size_t pair_stride = bf16_pair_stride(w.encoding());
   const std::size_t column_bytes = std::is_same_v<Visitor, VisitF32Avx2> ? panel_rows * 4 : pair_stride / 2;
@@ -572,7 +597,7 @@ void panel_kernel_avx2(const MatmulOutput& out, std::size_t panel, std::size_t l
         if (ask)
           SPECDEC_UNROLL for (int r = 0; r < R; ++r) {
             if constexpr (std::is_same_v<Visitor, VisitF32Avx2>)
-              _mm_prefetch(reinterpret_cast<const char*>(panels[r] + k * column_bytes + next), _MM_HINT_NTA);
+              request_line(panels[r] + k * column_bytes + next, into_l2);
             else
               _mm_prefetch(reinterpret_cast<const char*>(panels[r] + k * column_bytes + ahead), _MM_HINT_T1);
           }
