@@ -91,10 +91,10 @@ inline bool amd_family(unsigned family) {
 /// On the Zen 5 of 2026-12-02 and -03, T1 took the float kernels 0.99-1.11x the time of NTA. On an Intel Xeon of
 /// 2026-12-05 (family 6, model 207, Emerald Rapids; the same forwards, alternating round by round in one process,
 /// medians of 6 rounds of 12 forwards) NTA requests left the kernels waiting on memory, as if the lines were
-/// evicted again before their use, and T1 took 0.39-0.51x the time of NTA in bf16, bf16_dot, quantized and
+/// evicted again before their use, and T1 took 0.39-0.68x the time of NTA in bf16, bf16_dot, quantized and
 /// quantized_dot at 1, 2 and 5 positions and 0.51-0.81x at 9; f32 (which asks from 3 positions) 0.50x at 5 and
-/// 9. Elsewhere, where unmeasured, T1 is the hint the caches keep. The bits do not change. Read by every call: a
-/// program may change it between forwards (for measuring).
+/// 9. On CPUs not measured, T1: what NTA does differs from CPU to CPU, while T1's lines stay in L2 until used.
+/// The bits do not change. Read by every call: a program may change it between forwards (for measuring).
 inline bool requests_into_l2 = !amd_family(26);
 
 /// Whether the AVX-512 float kernels (f32, bf16, bf16_dot) take one panel a step at 1 and 2 positions and ask
