@@ -580,27 +580,26 @@ void panel_kernel_avx2(const MatmulOutput& out, std::size_t panel, std::size_t l
   const PackedMatrix& w = *out.weights;
   const std::byte* panels[R];
   SPECDEC_UNROLL for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + r);
-  const std::size_t ahead = step_panels * w.panel_bytes(), next = R * w.panel_bytes();
-  const bool ask = half == 0 && !single_stream_step(P) &&
-                   (!std::is_same_v<Visitor, VisitF32Avx2> || next_step_in_run<R>(panel, last)),
-             into_l2 = requests_into_l2;
+  // The request: f32 the next step's R panels, with the hint requests_into_l2 picks, and never past its run;
+  // bf16 the panels step_panels ahead, into L2.
+  constexpr bool f32 = std::is_same_v<Visitor, VisitF32Avx2>;
+  const std::size_t ahead = (f32 ? R : step_panels) * w.panel_bytes();
+  const bool ask = half == 0 && !single_stream_step(P) && (!f32 || next_step_in_run<R>(panel, last)),
+             into_l2 = !f32 || requests_into_l2;
   // Bytes from one column of a panel to its next: a bf16 column pair's stride covers two columns.
   const std::size_t pair_stride = bf16_pair_stride(w.encoding());
-  const std::size_t column_bytes = std::is_same_v<Visitor, VisitF32Avx2> ? panel_rows * 4 : pair_stride / 2;
+  const std::size_t column_bytes = f32 ? panel_rows * 4 : pair_stride / 2;
   __m256 acc[R][H][P];
   SPECDEC_UNROLL for (int r = 0; r < R; ++r)
     SPECDEC_UNROLL for (int h = 0; h < H; ++h)
       SPECDEC_UNROLL for (int p = 0; p < P; ++p) acc[r][h][p] = _mm256_setzero_ps();
   Visitor::template run<R, H>(
       panels, w.cols(), pair_stride, half, [&](const __m256(&wv)[R][H], std::size_t k) SPECDEC_ALWAYS_INLINE_LAMBDA {
-        // The next step's panels (a prefetch past the matrix's end is harmless: it never faults).
+        // Addresses as integers: a prefetch past the matrix's end never faults, but a pointer there is undefined.
         if (ask)
-          SPECDEC_UNROLL for (int r = 0; r < R; ++r) {
-            if constexpr (std::is_same_v<Visitor, VisitF32Avx2>)
-              request_line(panels[r] + k * column_bytes + next, into_l2);
-            else
-              _mm_prefetch(reinterpret_cast<const char*>(panels[r] + k * column_bytes + ahead), _MM_HINT_T1);
-          }
+          SPECDEC_UNROLL for (int r = 0; r < R; ++r) request_line(
+              reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(panels[r]) + k * column_bytes + ahead),
+              into_l2);
         const float* xk = xt + k * stride;
         SPECDEC_UNROLL for (int p = 0; p < P; ++p) {
           const __m256 xv = _mm256_broadcast_ss(xk + p);
