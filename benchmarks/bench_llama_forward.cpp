@@ -6,7 +6,11 @@
 //
 // BM_LlamaForward_<format>/<n>: with 256 positions in the context (SPECDEC_CONTEXT overrides; the KV cache
 // in SPECDEC_KV_FORMAT, f16, f32 or q8, default f16), forward n more
-// and truncate back.
+// and truncate back. BM_LlamaForwardCold_<format>/<n> (n = 1, 5, 9; x86 only): the same with every weight
+// matrix evicted from the caches before each forward and only the forward timed, so that the weights come from
+// memory: back to back, a CPU whose L3 holds part of them reads faster than its memory allows (on the Intel Xeon
+// of 2026-12-05, with 300 MiB of L3 reported, a quantized_dot forward took 3.8-4.1 ms right after its weights
+// were evicted and 2.4 ms four forwards later).
 // Counters: weight_bytes (streamed per forward), GB/s (weight bytes / time), bandwidth_GB/s (read bandwidth
 // measured just before and just after this benchmark's timed loop, their mean), floor_fraction (bandwidth
 // floor time / measured time, against that adjacent bandwidth; 1 = memory-bound at full bandwidth), kv_bytes
@@ -47,6 +51,10 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#endif
 
 #include "specdec/llama/llama_model.hpp"
 #include "specdec/llama/matmul.hpp"
@@ -89,7 +97,29 @@ std::shared_ptr<specdec::llama::ThreadPool> shared_pool() {
   return pool;
 }
 
-/// Bytes per second of summing a 256 MB buffer (allocated once), best of 3, on the configured threads.
+#if defined(__x86_64__) || defined(_M_X64)
+constexpr bool can_evict = true;
+/// Writes back and drops every cache line of `bytes` bytes at `data` from every level of the cache hierarchy
+/// (clflushopt where the build targets CPUs that have it, else clflush), so that the next read comes from memory.
+void evict_from_caches(const void* data, std::size_t bytes) {
+  const auto* p = static_cast<const char*>(data);
+#if defined(__CLFLUSHOPT__)
+  for (std::size_t offset = 0; offset < bytes; offset += 64) _mm_clflushopt(const_cast<char*>(p + offset));
+#else
+  for (std::size_t offset = 0; offset < bytes; offset += 64) _mm_clflush(p + offset);
+#endif
+  _mm_mfence();
+}
+#else
+constexpr bool can_evict = false;  // no portable way to drop lines from the caches: no cold benchmarks
+void evict_from_caches(const void*, std::size_t) {}
+#endif
+
+/// Bytes per second of summing a 256 MB buffer (allocated once), best of 3, on the configured threads, each
+/// pass from memory: the buffer is evicted from the caches before it (where evict_from_caches can). Read
+/// repeatedly without that, part of it came from the L3 on a CPU with a large one: on the Intel Xeon of
+/// 2026-12-05 (300 MiB of L3 reported) buffers of 32-160 MB read 34-52 GB/s on two threads that way and 25-32
+/// GB/s evicted; 256 MB read 26-35 warm and 26-31 evicted.
 double read_bandwidth() {
   const std::size_t count = (std::size_t{256} << 20) / sizeof(float);
   // Huge pages, as the packed weights use: with 4 KiB pages this measured 25-30% less than the weights stream.
@@ -99,6 +129,7 @@ double read_bandwidth() {
   double best = 0.0;
   constexpr std::size_t chunk = std::size_t{1} << 18;  // floats per task (1 MB)
   for (int rep = 0; rep < 3; ++rep) {
+    evict_from_caches(buffer.data(), count * sizeof(float));
     const auto start = std::chrono::steady_clock::now();
     pool.parallel_for(count / chunk, [&](std::size_t task, std::size_t slot) {
       float lanes[32] = {};
@@ -257,7 +288,18 @@ LlamaModel& model(WeightFormat format) {
   return *m;
 }
 
-void forward(benchmark::State& state, WeightFormat format) {
+/// Every weight matrix a forward reads, evicted from the caches (evict_from_caches).
+void evict_weights(const specdec::llama::LlamaWeights& weights) {
+  const auto evict = [](const specdec::llama::PackedMatrix& w) { evict_from_caches(w.panel(0), w.bytes()); };
+  for (std::size_t l = 0; l < weights.config().layers; ++l) {
+    const auto& layer = weights.layer(l);
+    for (const auto* w : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up, &layer.down}) evict(*w);
+  }
+  evict(weights.output());
+}
+
+/// BM_LlamaForward (cold: BM_LlamaForwardCold, the weights evicted before each forward, which alone is timed).
+void forward(benchmark::State& state, WeightFormat format, bool cold) {
   const std::size_t context = settings().context;
   LlamaModel& m = model(format);
   std::mt19937 rng(7);
@@ -269,7 +311,10 @@ void forward(benchmark::State& state, WeightFormat format) {
   const double round_trip = threads() > 1 ? round_trip_ns() : 0.0;
   const double bandwidth_before = read_bandwidth();
   for (auto _ : state) {
+    if (cold) evict_weights(*m.weights());
+    const auto start = std::chrono::steady_clock::now();
     benchmark::DoNotOptimize(m.forward(step).data());
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     m.truncate(context);
   }
   const double bandwidth = (bandwidth_before + read_bandwidth()) / 2;
@@ -298,12 +343,6 @@ void forward(benchmark::State& state, WeightFormat format) {
   }
   state.counters["threads"] = double(threads());
 }
-
-void BM_LlamaForward_f32(benchmark::State& state) { forward(state, WeightFormat::f32); }
-void BM_LlamaForward_bf16(benchmark::State& state) { forward(state, WeightFormat::bf16); }
-void BM_LlamaForward_bf16_dot(benchmark::State& state) { forward(state, WeightFormat::bf16_dot); }
-void BM_LlamaForward_quantized(benchmark::State& state) { forward(state, WeightFormat::quantized); }
-void BM_LlamaForward_quantized_dot(benchmark::State& state) { forward(state, WeightFormat::quantized_dot); }
 
 /// The blocks' weight products of one forward of n positions in `format`, alone: layer l's weights for every l
 /// (`streamed`) or layer 0's thirty times (`cached`). See the file comment.
@@ -411,11 +450,24 @@ const bool block_products_registered = [] {
     }
   return true;
 }();
-BENCHMARK(BM_LlamaForward_f32)->Apply(positions);
-BENCHMARK(BM_LlamaForward_bf16)->Apply(positions);
-BENCHMARK(BM_LlamaForward_bf16_dot)->Apply(positions);
-BENCHMARK(BM_LlamaForward_quantized)->Apply(positions);
-BENCHMARK(BM_LlamaForward_quantized_dot)->Apply(positions);
+// BM_LlamaForward_<format>/<n>, then BM_LlamaForwardCold_<format>/<n> for n = 1, 5 and 9 where the weights can be
+// evicted (x86).
+const bool forwards_registered = [] {
+  for (bool cold : {false, true}) {
+    if (cold && !can_evict) continue;
+    for (auto format : {WeightFormat::f32, WeightFormat::bf16, WeightFormat::bf16_dot, WeightFormat::quantized,
+                        WeightFormat::quantized_dot}) {
+      const std::string name = std::string(cold ? "BM_LlamaForwardCold_" : "BM_LlamaForward_") +
+                               std::string(specdec::llama::to_string(format));
+      auto* b = benchmark::RegisterBenchmark(name.c_str(), [format, cold](benchmark::State& state) {
+        forward(state, format, cold);
+      });
+      if (!cold) b->Apply(positions);
+      else b->Arg(1)->Arg(5)->Arg(9)->Unit(benchmark::kMillisecond)->UseManualTime()->ComputeStatistics("min", minimum);
+    }
+  }
+  return true;
+}();
 
 }  // namespace
 
