@@ -22,8 +22,9 @@
 // whole run says little about a benchmark run minutes later.
 // With 2 or more threads, round_trip_ns: a cache line's round trip between two threads, before and after, their
 // mean (see round_trip_ns below: it tells which placement of the two vCPUs a benchmark ran in).
-// BM_MemoryBandwidth: read bandwidth of a 256 MB sum (read_bandwidth: the best of 6 passes). BM_FmaPeak: vector FMAs per second (16 lanes,
-// or 8 without AVX-512: the `lanes` counter) with every thread issuing independent FMAs from registers.
+// BM_MemoryBandwidth: read bandwidth of a 256 MB sum (read_bandwidth: the best of 6 passes). BM_FmaPeak: vector
+// FMAs per second (16 lanes, or 8 without AVX-512: the `lanes` counter) with every thread issuing independent FMAs
+// from registers.
 // BM_VnniPeak: the same for vpdpbusd (64 byte products).
 // BM_BlockProducts_{streamed,cached}/<n>: the transformer blocks' weight products alone (quantized_dot, the four
 // matmul calls of each layer in the forward's order, W_o and W_down adding into their outputs as the residual
