@@ -304,7 +304,7 @@ LlamaModel& model(WeightFormat format) {
 
 /// Every weight matrix a forward reads, evicted from the caches (evict_from_caches).
 void evict_weights(const specdec::llama::LlamaWeights& weights) {
-  const auto evict = [](const specdec::llama::PackedMatrix& w) { evict_from_caches(w.panel(0), w.bytes()); };
+  const auto evict = [](const specdec::llama::PackedMatrix& w) { evict_from_caches(w.panel(0), w.stored_bytes()); };
   for (std::size_t l = 0; l < weights.config().layers; ++l) {
     const auto& layer = weights.layer(l);
     for (const auto* w : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up, &layer.down}) evict(*w);

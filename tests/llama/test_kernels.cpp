@@ -457,6 +457,23 @@ TEST_CASE("a run of panels may start or end inside a pair of bf16 panels: its ro
   }
 }
 
+TEST_CASE("stored_bytes covers every panel's bytes, the last of an odd number of interleaved bf16 panels too",
+          "[kernels]") {
+  const std::size_t rows = 75, cols = 64;  // 5 panels
+  for (auto encoding : {PanelEncoding::f32, PanelEncoding::bf16, PanelEncoding::bf16_dot, PanelEncoding::q8_0_dot}) {
+    CAPTURE(static_cast<int>(encoding));
+    const auto m = random_matrix(encoding, rows, cols, 43);
+    const auto& w = m.packed;
+    const std::byte* last = w.panel(w.panels() - 1);
+    const bool pairs = specdec::llama::detail::interleaves_panel_pairs(encoding);
+    // The last panel's last byte: its last column pair's 64 bytes where pairs interleave, else panel_bytes on.
+    const std::byte* end = pairs ? last + ((cols + 1) / 2 - 1) * specdec::llama::detail::bf16_pair_stride(encoding) + 64
+                                 : last + w.panel_bytes();
+    CHECK(end <= w.panel(0) + w.stored_bytes());
+    CHECK(w.stored_bytes() == (pairs ? w.bytes() + w.panel_bytes() : w.bytes()));
+  }
+}
+
 TEST_CASE("matmul's runs: whole pairs of panels for bf16 only, an even split for every other encoding", "[kernels]") {
   using specdec::llama::matmul_chunk;
   const auto f32 = random_matrix(PanelEncoding::f32, 36 * 16, 32, 41);  // 36 panels

@@ -268,6 +268,11 @@ class PackedMatrix {
   std::size_t panel_bytes() const { return panel_bytes_; }
   /// Weight bytes a product streams: all panels once.
   std::size_t bytes() const { return panels() * panel_bytes_; }
+  /// Bytes the panels occupy from panel(0) on: bytes(), and where the encoding stores panels in interleaved pairs
+  /// (bf16) with an odd number of panels, the last pair's unused half.
+  std::size_t stored_bytes() const {
+    return (detail::interleaves_panel_pairs(encoding_) ? (panels() + 1) / 2 * 2 : panels()) * panel_bytes_;
+  }
   /// Panel p's first byte (for bf16 and bf16_dot its first column pair; the next one detail::bf16_pair_stride on).
   const std::byte* panel(std::size_t p) const { return storage_.get() + panel_offset(p); }
 
@@ -287,8 +292,7 @@ class PackedMatrix {
       case PanelEncoding::bf16_dot: panel_bytes_ = (cols + 1) / 2 * panel_rows * 4; break;
       default: panel_bytes_ = cols / quant_block * detail::panel_block_bytes(encoding);
     }
-    const std::size_t stored = detail::interleaves_panel_pairs(encoding) ? (panels() + 1) / 2 * 2 : panels();
-    storage_ = detail::arena_bytes(stored * panel_bytes_ + 64);  // zeroed; a spare line for vector over-reads
+    storage_ = detail::arena_bytes(stored_bytes() + 64);  // zeroed; a spare line for vector over-reads
   }
   std::byte* panel_data(std::size_t p) { return storage_.get() + panel_offset(p); }
   std::size_t panel_offset(std::size_t p) const {
