@@ -9,8 +9,8 @@
 // and truncate back. BM_LlamaForwardCold_<format>/<n> (n = 1, 5, 9; x86 only): the same with every weight
 // matrix evicted from the caches before each forward and only the forward timed, so that the weights come from
 // memory: back to back, a CPU whose L3 holds part of them reads faster than its memory allows (on the Intel Xeon
-// of 2026-12-05, with 300 MiB of L3 reported, a quantized_dot forward took 3.8-4.1 ms right after its weights
-// were evicted and 2.4 ms four forwards later).
+// of 2026-12-05, with 300 MiB of L3 reported, the first of ten quantized_dot forwards after an eviction took
+// 3.8-4.1 ms and the fifth on 2.4-2.5 ms; this benchmark, evicting before every forward, read 5.0-5.8 ms).
 // Counters: weight_bytes (streamed per forward), GB/s (weight bytes / time), bandwidth_GB/s (read bandwidth
 // measured just before and just after this benchmark's timed loop, their mean), floor_fraction (bandwidth
 // floor time / measured time, against that adjacent bandwidth; 1 = memory-bound at full bandwidth), kv_bytes
