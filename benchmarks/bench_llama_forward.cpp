@@ -305,10 +305,8 @@ LlamaModel& model(WeightFormat format) {
 /// Every weight matrix a forward reads, evicted from the caches (evict_from_caches).
 void evict_weights(const specdec::llama::LlamaWeights& weights) {
   const auto evict = [](const specdec::llama::PackedMatrix& w) { evict_from_caches(w.panel(0), w.stored_bytes()); };
-  for (std::size_t l = 0; l < weights.config().layers; ++l) {
-    const auto& layer = weights.layer(l);
-    for (const auto* w : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up, &layer.down}) evict(*w);
-  }
+  for (std::size_t l = 0; l < weights.config().layers; ++l)
+    for (const auto* w : weights.layer(l).matrices()) evict(*w);
   evict(weights.output());
 }
 
@@ -384,7 +382,7 @@ void block_products(benchmark::State& state, WeightFormat format, bool streamed)
   double macs = 0.0, bytes = 0.0;
   for (std::size_t l = 0; l < c.layers; ++l) {
     const auto& w = weights.layer(streamed ? l : 0);
-    for (const auto* m : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) macs += double(m->rows()) * double(m->cols());
+    for (const auto* m : w.matrices()) macs += double(m->rows()) * double(m->cols());
     bytes += double(w.bytes());
   }
   const double bandwidth_before = read_bandwidth();

@@ -2,6 +2,7 @@
 // Entry points: LlamaConfig::from_gguf, LlamaWeights::load. Read next: llama_model.hpp (the forward pass).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -122,7 +123,13 @@ struct LayerWeights {
   PackedMatrix up;               // [ffn, embedding]
   PackedMatrix down;             // [embedding, ffn]
 
-  std::size_t bytes() const { return q.bytes() + k.bytes() + v.bytes() + o.bytes() + gate.bytes() + up.bytes() + down.bytes(); }
+  /// The seven weight matrices, in the order a forward reads them.
+  std::array<const PackedMatrix*, 7> matrices() const { return {&q, &k, &v, &o, &gate, &up, &down}; }
+  std::size_t bytes() const {
+    std::size_t total = 0;
+    for (const PackedMatrix* m : matrices()) total += m->bytes();
+    return total;
+  }
 };
 
 /// All weights of a llama model in one in-memory format. Immutable once loaded: a model and its early-exit
