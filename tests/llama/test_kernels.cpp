@@ -12,6 +12,7 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -205,6 +206,7 @@ TEST_CASE("tasks run together each get a thread, wait for each other at every st
       CAPTURE(spin.count(), threads);
       ThreadPool pool(threads, spin);
       constexpr std::size_t steps = 200;
+      const std::vector<std::byte> next(1 << 20);  // every other wait asks for its lines while it waits
       for (int job = 0; job < 20; ++job) {
         StepBarrier barrier(threads);
         std::vector<std::atomic<std::size_t>> done(threads), slot_tasks(threads);
@@ -214,7 +216,9 @@ TEST_CASE("tasks run together each get a thread, wait for each other at every st
           slot_tasks[slot].fetch_add(1);
           for (std::size_t s = 1; s <= steps; ++s) {
             done[task].store(s, std::memory_order_relaxed);
-            barrier.wait(task);
+            specdec::llama::ReadAhead ahead;
+            if (s % 2 == 1) ahead.add(next);
+            barrier.wait(task, ahead);
             for (std::size_t other = 0; other < threads; ++other)  // every task has finished step s, none s + 2
               if (const std::size_t d = done[other].load(std::memory_order_relaxed); d < s || d > s + 1) early.fetch_add(1);
           }
@@ -472,6 +476,61 @@ TEST_CASE("stored_bytes covers every panel's bytes, the last of an odd number of
     CHECK(end <= w.panel(0) + w.stored_bytes());
     CHECK(w.stored_bytes() == (pairs ? w.bytes() + w.panel_bytes() : w.bytes()));
   }
+}
+
+TEST_CASE("a read-ahead asks for every line of its first four ranges once, in order, then for nothing",
+          "[kernels]") {
+  alignas(64) static const std::byte bytes[1024] = {};
+  const std::span<const std::byte> all(bytes);
+  specdec::llama::ReadAhead ahead;
+  ahead.add(all.subspan(0, 100));    // lines 0-1
+  ahead.add({});                     // nothing
+  ahead.add(all.subspan(200, 64));   // lines 3-4: a range that starts inside a line
+  ahead.add(all.subspan(300, 1));    // line 4 again
+  ahead.add(all.subspan(384, 129));  // lines 6-8
+  ahead.add(all.subspan(600, 64));   // a fifth range: left out
+  CHECK(ahead.request(3) == 3);
+  CHECK(ahead.request(3) == 3);
+  CHECK(ahead.request(3) == 2);
+  CHECK(ahead.request(3) == 0);
+  CHECK(specdec::llama::ReadAhead{}.request(1) == 0);
+}
+
+TEST_CASE("panel_span holds panels [first, last), in whole pairs for bf16; the tasks' weights are every panel once",
+          "[kernels]") {
+  const std::size_t rows = 75, cols = 64;  // 5 panels
+  for (auto encoding : {PanelEncoding::f32, PanelEncoding::bf16, PanelEncoding::bf16_dot, PanelEncoding::q4_1_dot}) {
+    CAPTURE(static_cast<int>(encoding));
+    const auto m = random_matrix(encoding, rows, cols, 47);
+    const auto& w = m.packed;
+    const bool pairs = specdec::llama::detail::interleaves_panel_pairs(encoding);
+    const std::size_t pair = pairs ? 2 : 1;
+    for (std::size_t first = 0; first <= w.panels(); ++first)
+      for (std::size_t last = first; last <= w.panels(); ++last) {
+        CAPTURE(first, last);
+        const auto span = w.panel_span(first, last);
+        // From the first panel's pair to the end of the last one's, within the stored bytes.
+        if (first == last) {
+          CHECK(span.empty());
+          continue;
+        }
+        CHECK(span.data() == w.panel(first / pair * pair));
+        CHECK(span.size() == ((last + pair - 1) / pair - first / pair) * pair * w.panel_bytes());
+        CHECK(span.data() + span.size() <= w.panel(0) + w.stored_bytes());
+      }
+    CHECK(w.panel_span(0, w.panels()).size() == w.stored_bytes());
+  }
+  // Split between 3 tasks, two outputs of 36 panels in sequence: each line of both, asked for once.
+  const auto f32 = random_matrix(PanelEncoding::f32, 36 * 16, 32, 41);
+  const auto q8 = random_matrix(PanelEncoding::q8_0_dot, 36 * 16, 32, 41);
+  const MatmulOutput outputs[] = {{&f32.packed, nullptr, 0, false}, {&q8.packed, nullptr, 0, false}};
+  const std::size_t chunk = specdec::llama::matmul_chunk(outputs, 3);
+  std::size_t lines = 0;
+  for (std::size_t task = 0; task < 3; ++task) {
+    auto ahead = specdec::llama::task_weights(outputs, task, chunk);
+    while (const std::size_t asked = ahead.request(16)) lines += asked;
+  }
+  CHECK(lines == (f32.packed.stored_bytes() + q8.packed.stored_bytes()) / 64);
 }
 
 TEST_CASE("matmul's runs: whole pairs of panels for bf16 only, an even split for every other encoding", "[kernels]") {

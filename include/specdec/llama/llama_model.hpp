@@ -22,6 +22,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -354,6 +355,23 @@ class Transformer {
                                std::size_t cols, QuantizedInputs given) {
         matmul_task(outputs, t, matmul_chunk(outputs, threads), x, cols, n, false, call, given);
       };
+      // The weights this thread reads in the next step, for the barrier to ask for while the thread waits there
+      // (see ReadAhead), where the kernels ask for theirs into L2 (detail::requests_into_l2). On the Intel Xeon
+      // of 2026-12-05, one-position forwards of the block and bf16 formats took 0.95-0.99x the time in most
+      // runs, back to back and with the weights evicted, f32 0.98-1.02x (docs/measurements.md, "midday").
+      const auto next_weights = [&](std::span<const MatmulOutput> outputs) {
+        return detail::requests_into_l2 ? task_weights(outputs, t, matmul_chunk(outputs, threads)) : ReadAhead{};
+      };
+      const auto next_gate_up = [&](const LayerWeights& w) {
+        ReadAhead ahead;
+        if (!detail::requests_into_l2) return ahead;
+        const auto [first, last] = gate_up_panels(w, t, threads);
+        for (const PackedMatrix* m : {&w.gate, &w.up}) ahead.add(m->panel_span(first, last));
+        return ahead;
+      };
+      const auto qkv_of = [&](const LayerWeights& w) {
+        return std::array<MatmulOutput, 3>{{{&w.q, q_.data(), qw, false}, {&w.k, k_.data(), kw, false}, {&w.v, v_.data(), kw, false}}};
+      };
       try {
         for (std::size_t l = 0; l < layers_; ++l) {
           const LayerWeights& w = weights_->layer(l);
@@ -363,32 +381,31 @@ class Transformer {
               for (std::size_t g = t; g < c.kv_heads; g += threads) prefetch_kv_head(kv, keys_t, l, g, start, n);
           });
           norm(w.attn_norm);
-          const MatmulOutput qkv[] = {{&w.q, q_.data(), qw, false}, {&w.k, k_.data(), kw, false}, {&w.v, v_.data(), kw, false}};
-          product(qkv, call, h, e, normed);
-          barrier.wait(t);
+          product(qkv_of(w), call, h, e, normed);
+          const MatmulOutput o[] = {{&w.o, x_.data(), e, true}};
+          barrier.wait(t, next_weights(o));
           mark(products);
           with_kv([&](auto& kv, auto& keys_t) {
             if (!per_head) {  // a run's keys are read by the later runs' tasks too: all stored before any task
               for (std::size_t g = t; g < c.kv_heads; g += threads) rope_and_store_head(kv, keys_t, l, g, start, n);
-              barrier.wait(t);
+              barrier.wait(t, next_weights(o));
               mark(other);
             }
             for (std::size_t task; (task = claimed[l].fetch_add(1, std::memory_order_relaxed)) < runs * c.kv_heads;)
               attention_task(kv, keys_t, l, start, n, task, per_head, slot);
           });
-          barrier.wait(t);
+          barrier.wait(t, next_weights(o));
           mark(&ForwardProfile::attention);
-          const MatmulOutput o[] = {{&w.o, x_.data(), e, true}};
           product(o, call + 1, attn_.data(), qw, attention_quantizes() ? quantized(qw) : QuantizedInputs{});
-          barrier.wait(t);
+          barrier.wait(t, next_gate_up(w));
           mark(products);
           norm(w.ffn_norm);
           gate_up_rows(w, t, threads, n, call + 2, h, normed);
-          barrier.wait(t);
-          mark(products);
           const MatmulOutput down[] = {{&w.down, x_.data(), e, true}};
+          barrier.wait(t, next_weights(down));
+          mark(products);
           product(down, call + 3, gate_.data(), c.ffn, quantized(c.ffn));
-          barrier.wait(t);
+          barrier.wait(t, l + 1 < layers_ ? next_weights(qkv_of(weights_->layer(l + 1))) : ReadAhead{});
           mark(products);
         }
       } catch (const StepBarrier::Aborted&) {  // another thread failed, and reports it
@@ -406,9 +423,7 @@ class Transformer {
   void gate_up_rows(const LayerWeights& w, std::size_t t, std::size_t threads, std::size_t n, std::uint64_t call,
                     const float* h, QuantizedInputs normed) {
     const LlamaConfig& c = config();
-    const std::size_t panels = w.gate.panels(), pairs = (panels + 1) / 2;  // a pair of panels: one 32-row block
-    const std::size_t first = std::min(panels, 2 * (pairs * t / threads));
-    const std::size_t last = std::min(panels, 2 * (pairs * (t + 1) / threads));
+    const auto [first, last] = gate_up_panels(w, t, threads);
     if (first >= last) return;
     const MatmulOutput gate{&w.gate, gate_.data(), c.ffn, false}, up{&w.up, up_.data(), c.ffn, false};
     detail::matmul_panels(gate, first, last, h, c.embedding, n, false, call, normed);
@@ -418,6 +433,13 @@ class Transformer {
       swiglu(&gate_[i * c.ffn + r0], &up_[i * c.ffn + r0], r1 - r0);
       quantize_for_next(&gate_[i * c.ffn], i, r0 / quant_block, r1 / quant_block, c.ffn, n);  // whole blocks where ffn's are
     }
+  }
+
+  /// Thread t's panels [first, last) of the gate and up projections in gate_up_rows: an equal share of the pairs
+  /// of panels (a pair: one 32-row quantisation block).
+  static std::pair<std::size_t, std::size_t> gate_up_panels(const LayerWeights& w, std::size_t t, std::size_t threads) {
+    const std::size_t panels = w.gate.panels(), pairs = (panels + 1) / 2;
+    return {std::min(panels, 2 * (pairs * t / threads)), std::min(panels, 2 * (pairs * (t + 1) / threads))};
   }
 
   template <class T>

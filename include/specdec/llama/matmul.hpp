@@ -46,21 +46,38 @@ inline std::size_t matmul_chunk(std::span<const MatmulOutput> outputs, std::size
   return std::max(min_chunk, pairs ? (even + 1) / 2 * 2 : even);
 }
 
-/// Task `task` of a matmul split into tasks of `chunk` panels (matmul_chunk): panels [task·chunk,
-/// (task + 1)·chunk) of the outputs' panels taken as one sequence, for all positions; nothing past the last.
-/// `call`: detail::next_call(), the same for every task of one product.
-inline void matmul_task(std::span<const MatmulOutput> outputs, std::size_t task, std::size_t chunk, const float* x,
-                        std::size_t x_stride, std::size_t positions, bool portable, std::uint64_t call,
-                        QuantizedInputs given) {
+/// Calls f(output, first, last) for each output that task `task` of a matmul in tasks of `chunk` panels
+/// (matmul_chunk) covers, in order: its panels [first, last) among panels [task·chunk, (task + 1)·chunk) of the
+/// outputs' panels taken as one sequence; nothing past the last.
+template <class F>
+void for_task_panels(std::span<const MatmulOutput> outputs, std::size_t task, std::size_t chunk, F&& f) {
   const std::size_t begin = task * chunk, end = begin + chunk;
   std::size_t offset = 0;  // of the output's first panel in the sequence
   for (const auto& out : outputs) {
     const std::size_t panels = out.weights->panels();
     const std::size_t first = std::max(begin, offset), last = std::min(end, offset + panels);
-    if (first < last)
-      detail::matmul_panels(out, first - offset, last - offset, x, x_stride, positions, portable, call, given);
+    if (first < last) f(out, first - offset, last - offset);
     offset += panels;
   }
+}
+
+/// Task `task` of a matmul split into tasks of `chunk` panels (for_task_panels), for all positions. `call`:
+/// detail::next_call(), the same for every task of one product.
+inline void matmul_task(std::span<const MatmulOutput> outputs, std::size_t task, std::size_t chunk, const float* x,
+                        std::size_t x_stride, std::size_t positions, bool portable, std::uint64_t call,
+                        QuantizedInputs given) {
+  for_task_panels(outputs, task, chunk, [&](const MatmulOutput& out, std::size_t first, std::size_t last) {
+    detail::matmul_panels(out, first, last, x, x_stride, positions, portable, call, given);
+  });
+}
+
+/// The weights that matmul_task(outputs, task, chunk, ...) reads, in order, for StepBarrier::wait to ask for.
+inline ReadAhead task_weights(std::span<const MatmulOutput> outputs, std::size_t task, std::size_t chunk) {
+  ReadAhead ahead;
+  for_task_panels(outputs, task, chunk, [&](const MatmulOutput& out, std::size_t first, std::size_t last) {
+    ahead.add(out.weights->panel_span(first, last));
+  });
+  return ahead;
 }
 
 /// Computes every output in `outputs` from the same inputs x: [positions, x_stride] row-major, first cols()

@@ -270,8 +270,13 @@ class PackedMatrix {
   std::size_t bytes() const { return panels() * panel_bytes_; }
   /// Bytes the panels occupy from panel(0) on: bytes(), and where the encoding stores panels in interleaved pairs
   /// (bf16) with an odd number of panels, the last pair's unused half.
-  std::size_t stored_bytes() const {
-    return (detail::interleaves_panel_pairs(encoding_) ? (panels() + 1) / 2 * 2 : panels()) * panel_bytes_;
+  std::size_t stored_bytes() const { return panel_span(0, panels()).size(); }
+  /// The bytes panels [first, last) occupy, in one span; where the encoding stores panels in interleaved pairs
+  /// (bf16), the whole pairs they touch. requires: first <= last <= panels().
+  std::span<const std::byte> panel_span(std::size_t first, std::size_t last) const {
+    SPECDEC_ASSERT(first <= last && last <= panels());
+    if (detail::interleaves_panel_pairs(encoding_) && first < last) first = first / 2 * 2, last = (last + 1) / 2 * 2;
+    return {storage_.get() + first * panel_bytes_, (last - first) * panel_bytes_};
   }
   /// Panel p's first byte (for bf16 and bf16_dot its first column pair; the next one detail::bf16_pair_stride on).
   const std::byte* panel(std::size_t p) const { return storage_.get() + panel_offset(p); }

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <span>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -316,6 +317,49 @@ class ThreadPool {
   std::exception_ptr error_;
 };
 
+/// Memory a task reads first in its next step (up to max_ranges byte ranges, in order), for StepBarrier::wait to
+/// ask for into L2 while the task waits for the others, so that the memory does not idle through the wait and
+/// the step starts on lines already fetched or on their way. The requests are hints: they change no result.
+class ReadAhead {
+ public:
+  static constexpr std::size_t max_ranges = 4;
+  static constexpr std::size_t line = 64;
+
+  /// Appends the cache lines that `bytes` touch; nothing when it is empty or max_ranges ranges are held already.
+  void add(std::span<const std::byte> bytes) {
+    if (bytes.empty() || count_ == max_ranges) return;
+    const std::size_t skew = reinterpret_cast<std::uintptr_t>(bytes.data()) % line;
+    ranges_[count_++] = {reinterpret_cast<const char*>(bytes.data()) - skew, bytes.size() + skew};
+  }
+
+  /// Asks for the next `lines` cache lines (fewer at the end) into L2; returns how many it asked for, 0 once
+  /// every line has been.
+  std::size_t request(std::size_t lines) {
+    std::size_t asked = 0;
+    while (asked < lines && range_ < count_) {
+      prefetch_into_l2(ranges_[range_].data + offset_);
+      ++asked;
+      if ((offset_ += line) >= ranges_[range_].bytes) ++range_, offset_ = 0;
+    }
+    return asked;
+  }
+
+ private:
+  static void prefetch_into_l2(const char* p) {
+#if defined(__GNUC__)
+    __builtin_prefetch(p, 0, 2);  // prefetcht1 on x86
+#else
+    (void)p;
+#endif
+  }
+  struct Range {
+    const char* data = nullptr;
+    std::size_t bytes = 0;
+  };
+  Range ranges_[max_ranges];
+  std::size_t count_ = 0, range_ = 0, offset_ = 0;  // ranges held; the next line to ask for: range, offset
+};
+
 /// Lets the tasks of one ThreadPool::run_together job wait for each other between the steps of their work:
 /// wait(task) returns once every task has called it as often as this one. The tasks spin (they run together
 /// and the steps are microseconds apart). If a task cannot go on (an exception), abort() makes every wait, now
@@ -331,12 +375,14 @@ class StepBarrier {
   explicit StepBarrier(std::size_t tasks) : tasks_(tasks), passed_(std::make_unique<Count[]>(tasks)) {}
 
   /// Task `task` has finished a step: waits until every task has finished as many. Throws Aborted after abort().
-  void wait(std::size_t task) {
+  /// While it waits, it asks for the lines of `ahead` (what the task reads next), a few each poll.
+  void wait(std::size_t task, ReadAhead ahead = {}) {
     const std::uint64_t steps = passed_[task].steps.load(std::memory_order_relaxed) + 1;
     passed_[task].steps.store(steps, std::memory_order_release);
     for (std::size_t other = 0, spins = 0; other < tasks_; ++other)
       while (passed_[other].steps.load(std::memory_order_acquire) < steps) {
         if (aborted_.load(std::memory_order_acquire)) throw Aborted{};
+        if (ahead.request(lines_per_poll) > 0) continue;  // the requests take the pause's place
         // Past a few thousand polls (tens of µs) the other task's thread is likely not running (more threads
         // than free cores): give the core up in each poll, so that it may run here.
         if (++spins < yield_after) detail::cpu_relax();
@@ -350,6 +396,7 @@ class StepBarrier {
 
  private:
   static constexpr unsigned yield_after = 4096;
+  static constexpr std::size_t lines_per_poll = 4;  // 8 and 16 were no better in every format (Xeon, 2026-12-05)
   struct alignas(64) Count {
     std::atomic<std::uint64_t> steps{0};  // steps this task has finished; written by its task only
   };
