@@ -480,20 +480,41 @@ TEST_CASE("stored_bytes covers every panel's bytes, the last of an odd number of
 
 TEST_CASE("a read-ahead asks for every line of its first four ranges once, in order, then for nothing",
           "[kernels]") {
+  using specdec::llama::ReadAhead;
+  static_assert(ReadAhead::can_request, "GCC and Clang builds ask");
   alignas(64) static const std::byte bytes[1024] = {};
   const std::span<const std::byte> all(bytes);
-  specdec::llama::ReadAhead ahead;
-  ahead.add(all.subspan(0, 100));    // lines 0-1
-  ahead.add({});                     // nothing
-  ahead.add(all.subspan(200, 64));   // lines 3-4: a range that starts inside a line
-  ahead.add(all.subspan(300, 1));    // line 4 again
-  ahead.add(all.subspan(384, 129));  // lines 6-8
-  ahead.add(all.subspan(600, 64));   // a fifth range: left out
-  CHECK(ahead.request(3) == 3);
-  CHECK(ahead.request(3) == 3);
-  CHECK(ahead.request(3) == 2);
-  CHECK(ahead.request(3) == 0);
-  CHECK(specdec::llama::ReadAhead{}.request(1) == 0);
+  const auto fill = [&](ReadAhead& ahead) {
+    ahead.add(all.subspan(0, 100));    // lines 0-1
+    ahead.add({});                     // nothing
+    ahead.add(all.subspan(200, 64));   // lines 3-4: a range that starts inside a line
+    ahead.add(all.subspan(300, 1));    // line 4 again
+    ahead.add(all.subspan(384, 128));  // lines 6-7: a range that ends on a line's end
+    ahead.add(all.subspan(600, 64));   // a fifth range: left out
+  };
+  ReadAhead one_by_one;
+  fill(one_by_one);
+  const auto base = reinterpret_cast<std::uintptr_t>(bytes);
+  for (std::size_t line : {0, 1, 3, 4, 4, 6, 7}) {
+    CAPTURE(line);
+    CHECK(one_by_one.next() == base + 64 * line);
+    CHECK(one_by_one.request(1) == 1);
+  }
+  CHECK(one_by_one.next() == 0);
+  CHECK(one_by_one.request(1) == 0);
+  ReadAhead in_fours;
+  fill(in_fours);
+  CHECK(in_fours.request(4) == 4);
+  CHECK(in_fours.request(4) == 3);
+  CHECK(in_fours.request(4) == 0);
+  CHECK(ReadAhead{}.request(1) == 0);
+  // At most max_lines lines, however many the ranges hold.
+  const std::vector<std::byte> big(4 * 64 * ReadAhead::max_lines);
+  ReadAhead capped;
+  capped.add(big);
+  std::size_t asked = 0;
+  while (const std::size_t n = capped.request(100)) asked += n;
+  CHECK(asked == ReadAhead::max_lines);
 }
 
 TEST_CASE("panel_span holds panels [first, last), in whole pairs for bf16; the tasks' weights are every panel once",
@@ -520,17 +541,21 @@ TEST_CASE("panel_span holds panels [first, last), in whole pairs for bf16; the t
       }
     CHECK(w.panel_span(0, w.panels()).size() == w.stored_bytes());
   }
-  // Split between 3 tasks, two outputs of 36 panels in sequence: each line of both, asked for once.
+  // Split between 5 tasks, three outputs of 36 panels in sequence (runs of 22 panels, so that the second and
+  // fourth tasks span two outputs each): each line of all three, asked for once.
   const auto f32 = random_matrix(PanelEncoding::f32, 36 * 16, 32, 41);
+  const auto bf16 = random_matrix(PanelEncoding::bf16, 36 * 16, 32, 41);
   const auto q8 = random_matrix(PanelEncoding::q8_0_dot, 36 * 16, 32, 41);
-  const MatmulOutput outputs[] = {{&f32.packed, nullptr, 0, false}, {&q8.packed, nullptr, 0, false}};
-  const std::size_t chunk = specdec::llama::matmul_chunk(outputs, 3);
+  const MatmulOutput outputs[] = {{&f32.packed, nullptr, 0, false}, {&bf16.packed, nullptr, 0, false},
+                                  {&q8.packed, nullptr, 0, false}};
+  const std::size_t chunk = specdec::llama::matmul_chunk(outputs, 5);
+  CHECK(chunk == 22);
   std::size_t lines = 0;
-  for (std::size_t task = 0; task < 3; ++task) {
+  for (std::size_t task = 0; task < 5; ++task) {
     auto ahead = specdec::llama::task_weights(outputs, task, chunk);
     while (const std::size_t asked = ahead.request(16)) lines += asked;
   }
-  CHECK(lines == (f32.packed.stored_bytes() + q8.packed.stored_bytes()) / 64);
+  CHECK(lines == (f32.packed.stored_bytes() + bf16.packed.stored_bytes() + q8.packed.stored_bytes()) / 64);
 }
 
 TEST_CASE("matmul's runs: whole pairs of panels for bf16 only, an even split for every other encoding", "[kernels]") {

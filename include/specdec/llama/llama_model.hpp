@@ -356,15 +356,18 @@ class Transformer {
         matmul_task(outputs, t, matmul_chunk(outputs, threads), x, cols, n, false, call, given);
       };
       // The weights this thread reads in the next step, for the barrier to ask for while the thread waits there
-      // (see ReadAhead), where the kernels ask for theirs into L2 (detail::requests_into_l2). On the Intel Xeon
-      // of 2026-12-05, one-position forwards of the block and bf16 formats took 0.95-0.99x the time in most
-      // runs, back to back and with the weights evicted, f32 0.98-1.02x (docs/measurements.md, "midday").
+      // (see ReadAhead), where the kernels ask for theirs into L2 (detail::asks_into_l2). On the Intel Xeon of
+      // 2026-12-05, one-position forwards of the block and bf16 formats took 0.95-0.99x the time in most runs,
+      // back to back and with the weights evicted, f32 0.98-1.02x (docs/measurements.md, "midday"). W_o's run
+      // is asked for at each of the (two or three) waits before it, each time from its start: lines that
+      // arrived in an earlier wait cost little to ask for again.
+      const bool read_ahead = detail::asks_into_l2();
       const auto next_weights = [&](std::span<const MatmulOutput> outputs) {
-        return detail::requests_into_l2 ? task_weights(outputs, t, matmul_chunk(outputs, threads)) : ReadAhead{};
+        return read_ahead ? task_weights(outputs, t, matmul_chunk(outputs, threads)) : ReadAhead{};
       };
       const auto next_gate_up = [&](const LayerWeights& w) {
         ReadAhead ahead;
-        if (!detail::requests_into_l2) return ahead;
+        if (!read_ahead) return ahead;
         const auto [first, last] = gate_up_panels(w, t, threads);
         for (const PackedMatrix* m : {&w.gate, &w.up}) ahead.add(m->panel_span(first, last));
         return ahead;

@@ -270,13 +270,12 @@ class PackedMatrix {
   std::size_t bytes() const { return panels() * panel_bytes_; }
   /// Bytes the panels occupy from panel(0) on: bytes(), and where the encoding stores panels in interleaved pairs
   /// (bf16) with an odd number of panels, the last pair's unused half.
-  std::size_t stored_bytes() const { return panel_span(0, panels()).size(); }
+  std::size_t stored_bytes() const { return panel_range(0, panels()).bytes; }
   /// The bytes panels [first, last) occupy, in one span; where the encoding stores panels in interleaved pairs
   /// (bf16), the whole pairs they touch. requires: first <= last <= panels().
   std::span<const std::byte> panel_span(std::size_t first, std::size_t last) const {
-    SPECDEC_ASSERT(first <= last && last <= panels());
-    if (detail::interleaves_panel_pairs(encoding_) && first < last) first = first / 2 * 2, last = (last + 1) / 2 * 2;
-    return {storage_.get() + first * panel_bytes_, (last - first) * panel_bytes_};
+    const Range range = panel_range(first, last);
+    return {storage_.get() + range.offset, range.bytes};
   }
   /// Panel p's first byte (for bf16 and bf16_dot its first column pair; the next one detail::bf16_pair_stride on).
   const std::byte* panel(std::size_t p) const { return storage_.get() + panel_offset(p); }
@@ -298,6 +297,15 @@ class PackedMatrix {
       default: panel_bytes_ = cols / quant_block * detail::panel_block_bytes(encoding);
     }
     storage_ = detail::arena_bytes(stored_bytes() + 64);  // zeroed; a spare line for vector over-reads
+  }
+  struct Range {
+    std::size_t offset = 0, bytes = 0;
+  };
+  /// Where panel_span's bytes lie in storage_ (computed before the storage exists, for its size).
+  Range panel_range(std::size_t first, std::size_t last) const {
+    SPECDEC_ASSERT(first <= last && last <= panels());
+    if (detail::interleaves_panel_pairs(encoding_) && first < last) first = first / 2 * 2, last = (last + 1) / 2 * 2;
+    return {first * panel_bytes_, (last - first) * panel_bytes_};
   }
   std::byte* panel_data(std::size_t p) { return storage_.get() + panel_offset(p); }
   std::size_t panel_offset(std::size_t p) const {

@@ -317,47 +317,52 @@ class ThreadPool {
   std::exception_ptr error_;
 };
 
-/// Memory a task reads first in its next step (up to max_ranges byte ranges, in order), for StepBarrier::wait to
-/// ask for into L2 while the task waits for the others, so that the memory does not idle through the wait and
-/// the step starts on lines already fetched or on their way. The requests are hints: they change no result.
+/// Memory a task reads first in its next step (up to max_ranges byte ranges, in order, and at most max_lines
+/// cache lines of them, well within an L2), for StepBarrier::wait to ask for into L2 while the task waits for the
+/// others, so that the memory does not idle through the wait and the step starts on lines already fetched or on
+/// their way. The requests are hints: they change no result. Where the compiler offers no prefetch (GCC and
+/// Clang do), nothing is asked for.
 class ReadAhead {
  public:
   static constexpr std::size_t max_ranges = 4;
   static constexpr std::size_t line = 64;
+  static constexpr std::size_t max_lines = 4096;  // 256 KiB
+#if defined(__GNUC__)
+  static constexpr bool can_request = true;
+#else
+  static constexpr bool can_request = false;
+#endif
 
   /// Appends the cache lines that `bytes` touch; nothing when it is empty or max_ranges ranges are held already.
   void add(std::span<const std::byte> bytes) {
-    if (bytes.empty() || count_ == max_ranges) return;
-    const std::size_t skew = reinterpret_cast<std::uintptr_t>(bytes.data()) % line;
-    ranges_[count_++] = {reinterpret_cast<const char*>(bytes.data()) - skew, bytes.size() + skew};
+    if (!can_request || bytes.empty() || count_ == max_ranges) return;
+    const auto address = reinterpret_cast<std::uintptr_t>(bytes.data());
+    ranges_[count_++] = {address - address % line, bytes.size() + address % line};
   }
+
+  /// The next line request() asks for (its address), 0 once there is none.
+  std::uintptr_t next() const { return range_ < count_ && asked_ < max_lines ? ranges_[range_].begin + offset_ : 0; }
 
   /// Asks for the next `lines` cache lines (fewer at the end) into L2; returns how many it asked for, 0 once
   /// every line has been.
   std::size_t request(std::size_t lines) {
     std::size_t asked = 0;
-    while (asked < lines && range_ < count_) {
-      prefetch_into_l2(ranges_[range_].data + offset_);
-      ++asked;
+    for (; asked < lines && next() != 0; ++asked, ++asked_) {
+#if defined(__GNUC__)
+      __builtin_prefetch(reinterpret_cast<const void*>(next()), 0, 2);  // prefetcht1 on x86
+#endif
       if ((offset_ += line) >= ranges_[range_].bytes) ++range_, offset_ = 0;
     }
     return asked;
   }
 
  private:
-  static void prefetch_into_l2(const char* p) {
-#if defined(__GNUC__)
-    __builtin_prefetch(p, 0, 2);  // prefetcht1 on x86
-#else
-    (void)p;
-#endif
-  }
   struct Range {
-    const char* data = nullptr;
+    std::uintptr_t begin = 0;  // a line's first byte
     std::size_t bytes = 0;
   };
   Range ranges_[max_ranges];
-  std::size_t count_ = 0, range_ = 0, offset_ = 0;  // ranges held; the next line to ask for: range, offset
+  std::size_t count_ = 0, range_ = 0, offset_ = 0, asked_ = 0;  // ranges held; the next line: range, offset; lines asked
 };
 
 /// Lets the tasks of one ThreadPool::run_together job wait for each other between the steps of their work:
@@ -382,11 +387,11 @@ class StepBarrier {
     for (std::size_t other = 0, spins = 0; other < tasks_; ++other)
       while (passed_[other].steps.load(std::memory_order_acquire) < steps) {
         if (aborted_.load(std::memory_order_acquire)) throw Aborted{};
-        if (ahead.request(lines_per_poll) > 0) continue;  // the requests take the pause's place
         // Past a few thousand polls (tens of µs) the other task's thread is likely not running (more threads
-        // than free cores): give the core up in each poll, so that it may run here.
-        if (++spins < yield_after) detail::cpu_relax();
-        else std::this_thread::yield();
+        // than free cores): give the core up in each poll, so that it may run here. Before that, a poll asks
+        // for some of `ahead` in place of the pause while any is left.
+        if (++spins >= yield_after) std::this_thread::yield();
+        else if (ahead.request(lines_per_poll) == 0) detail::cpu_relax();
       }
     if (aborted_.load(std::memory_order_acquire)) throw Aborted{};
   }

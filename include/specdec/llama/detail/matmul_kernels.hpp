@@ -97,6 +97,16 @@ inline bool amd_family(unsigned family) {
 /// The bits do not change. Read by every call: a program may change it between forwards (for measuring).
 inline bool requests_into_l2 = !amd_family(26);
 
+/// Whether this build's kernels ask for the weights' next lines into L2 on this CPU: requests_into_l2 where the
+/// vector kernels (AVX-512, AVX2) are built; the portable kernels ask for nothing.
+inline bool asks_into_l2() {
+#if defined(__AVX512F__) || defined(__AVX2__)
+  return requests_into_l2;
+#else
+  return false;
+#endif
+}
+
 /// Whether the AVX-512 float kernels (f32, bf16, bf16_dot) take one panel a step at 1 and 2 positions and ask
 /// for nothing ahead there, leaving the weights to the hardware prefetcher: a thread's panels are adjacent in
 /// memory, so its run is then read as one sequential stream, where steps of 2 (bf16, bf16_dot) or 4 (f32)
