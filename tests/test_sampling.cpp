@@ -342,7 +342,7 @@ TEST_CASE("taking the residual as p instead of max(0, p - q) fails the same test
   CHECK(chi.statistic > 3 * chi.critical);
 }
 
-TEST_CASE("the same seed gives the same sampled tokens; another seed other tokens", "[sampling]") {
+TEST_CASE("the same seed gives the same sampled tokens, and another seed other tokens", "[sampling]") {
   ToyModel target(target_config()), draft(draft_config());
   SpeculativeDecoder decoder(draft, target, RejectionSampling{{.temperature = 1.0f}});
   const Sequence prompt{1, 2};

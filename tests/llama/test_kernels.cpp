@@ -250,7 +250,7 @@ TEST_CASE("tasks run together each get a thread, wait for each other at every st
     }
 }
 
-TEST_CASE("a thread blocked on a Signal wakes at its next advance; an advance with none blocked makes no call",
+TEST_CASE("a thread blocked on a Signal wakes at its next advance, and an advance with none blocked makes no call",
           "[kernels]") {
   using specdec::llama::detail::Signal;
   struct Shared {
@@ -517,7 +517,7 @@ TEST_CASE("a read-ahead asks for every line of its first four ranges once, in or
   CHECK(asked == ReadAhead::max_lines);
 }
 
-TEST_CASE("panel_span holds panels [first, last), in whole pairs for bf16; the tasks' weights are every panel once",
+TEST_CASE("panel_span holds panels first to last, whole pairs for bf16, and the tasks' weights are every panel once",
           "[kernels]") {
   const std::size_t rows = 75, cols = 64;  // 5 panels
   for (auto encoding : {PanelEncoding::f32, PanelEncoding::bf16, PanelEncoding::bf16_dot, PanelEncoding::q4_1_dot}) {
