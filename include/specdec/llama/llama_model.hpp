@@ -358,7 +358,7 @@ class Transformer {
       // The weights this thread reads in the next step, for the barrier to ask for while the thread waits there
       // (see ReadAhead), where the kernels ask for theirs into L2 (detail::asks_into_l2). On the Intel Xeon of
       // 2026-12-05, one-position forwards of the block and bf16 formats took 0.95-0.99x the time in most runs,
-      // back to back and with the weights evicted, f32 0.98-1.02x (docs/measurements.md, "midday"). W_o's run
+      // back to back and with the weights evicted, f32 0.97-1.02x (docs/measurements.md, "midday"). W_o's run
       // is asked for at each of the (two or three) waits before it, each time from its start: lines that
       // arrived in an earlier wait cost little to ask for again.
       const bool read_ahead = detail::asks_into_l2();
