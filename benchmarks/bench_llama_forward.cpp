@@ -37,6 +37,9 @@
 // their FMAs against BM_FmaPeak.
 // BM_BlockProducts_{streamed,cached}_<format>/<n>: the same for the other formats (the float formats' inputs
 // interleaved by each thread, as in the forward).
+// BM_BlockProductsCold[_<format>]/<n> (n = 1, 5, 9; x86): `streamed` with the blocks' weights evicted before
+// each pass, which alone is timed: the products from memory without attention and the rest of the forward,
+// against the floor (floor_fraction) as BM_LlamaForwardCold is.
 // On a shared machine run with --benchmark_repetitions=5.
 #include <benchmark/benchmark.h>
 
@@ -357,8 +360,9 @@ void forward(benchmark::State& state, WeightFormat format, bool cold) {
 }
 
 /// The blocks' weight products of one forward of n positions in `format`, alone: layer l's weights for every l
-/// (`streamed`) or layer 0's thirty times (`cached`). See the file comment.
-void block_products(benchmark::State& state, WeightFormat format, bool streamed) {
+/// (`streamed`) or layer 0's thirty times (`cached`); `cold`: streamed, with those weights evicted before each
+/// pass, which alone is timed. See the file comment.
+void block_products(benchmark::State& state, WeightFormat format, bool streamed, bool cold = false) {
   using specdec::llama::MatmulOutput;
   const auto& weights = *model(format).weights();
   const auto& c = weights.config();
@@ -387,6 +391,8 @@ void block_products(benchmark::State& state, WeightFormat format, bool streamed)
   }
   const double bandwidth_before = read_bandwidth();
   for (auto _ : state) {
+    if (cold) evict_weights(weights);
+    const auto start = std::chrono::steady_clock::now();
     for (std::size_t l = 0; l < c.layers; ++l) {
       const auto& w = weights.layer(streamed ? l : 0);
       const MatmulOutput qkv[] = {{&w.q, q.data(), qw, false}, {&w.k, k.data(), kw, false}, {&w.v, v.data(), kw, false}};
@@ -397,6 +403,7 @@ void block_products(benchmark::State& state, WeightFormat format, bool streamed)
       specdec::llama::matmul(MatmulOutput{&w.down, o.data(), e, true}, x.data(), ffn, n, pool, false, x_ffn);
     }
     benchmark::DoNotOptimize(o.data());
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   const double bandwidth = (bandwidth_before + read_bandwidth()) / 2;
   state.counters["weight_bytes"] = bytes;
@@ -460,6 +467,20 @@ const bool block_products_registered = [] {
         block_products(state, format, streamed);
       })->Apply(positions);
     }
+  return true;
+}();
+// BM_BlockProductsCold/<n> (quantized_dot), then BM_BlockProductsCold_<format>/<n>, where the weights can be
+// evicted (x86).
+const bool cold_block_products_registered = [] {
+  if (!can_evict) return false;
+  for (auto format : {WeightFormat::quantized_dot, WeightFormat::f32, WeightFormat::bf16, WeightFormat::bf16_dot,
+                      WeightFormat::quantized}) {
+    std::string name = "BM_BlockProductsCold";
+    if (format != WeightFormat::quantized_dot) name += "_" + std::string(specdec::llama::to_string(format));
+    benchmark::RegisterBenchmark(name.c_str(), [format](benchmark::State& state) {
+      block_products(state, format, true, true);
+    })->Arg(1)->Arg(5)->Arg(9)->Unit(benchmark::kMillisecond)->UseManualTime()->ComputeStatistics("min", minimum);
+  }
   return true;
 }();
 // BM_LlamaForward_<format>/<n>, then BM_LlamaForwardCold_<format>/<n> for n = 1, 5 and 9 where the weights can be
