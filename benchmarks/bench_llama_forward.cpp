@@ -453,33 +453,31 @@ void positions(benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", minimum);
 }
 
+/// The cold benchmarks' positions (one, and verify passes of 5 and 9), each forward or pass timed alone.
+void cold_positions(benchmark::internal::Benchmark* b) {
+  b->Arg(1)->Arg(5)->Arg(9)->Unit(benchmark::kMillisecond)->UseManualTime()->ComputeStatistics("min", minimum);
+}
+
 BENCHMARK(BM_MemoryBandwidth)->Iterations(1)->Repetitions(1);
 BENCHMARK(BM_FmaPeak)->Iterations(1)->Repetitions(1);
 BENCHMARK(BM_VnniPeak)->Iterations(1)->Repetitions(1);
-// BM_BlockProducts_{streamed,cached}/<n> (quantized_dot), then BM_BlockProducts_{streamed,cached}_<format>/<n>.
+// BM_BlockProducts_{streamed,cached}/<n> and BM_BlockProductsCold/<n> (quantized_dot), then the same with
+// _<format> for the other formats; the cold ones where the weights can be evicted (x86).
 const bool block_products_registered = [] {
   for (auto format : {WeightFormat::quantized_dot, WeightFormat::f32, WeightFormat::bf16, WeightFormat::bf16_dot,
-                      WeightFormat::quantized})
+                      WeightFormat::quantized}) {
+    const std::string suffix =
+        format == WeightFormat::quantized_dot ? "" : "_" + std::string(specdec::llama::to_string(format));
     for (bool streamed : {true, false}) {
-      std::string name = streamed ? "BM_BlockProducts_streamed" : "BM_BlockProducts_cached";
-      if (format != WeightFormat::quantized_dot) name += "_" + std::string(specdec::llama::to_string(format));
+      const std::string name = (streamed ? "BM_BlockProducts_streamed" : "BM_BlockProducts_cached") + suffix;
       benchmark::RegisterBenchmark(name.c_str(), [format, streamed](benchmark::State& state) {
         block_products(state, format, streamed);
       })->Apply(positions);
     }
-  return true;
-}();
-// BM_BlockProductsCold/<n> (quantized_dot), then BM_BlockProductsCold_<format>/<n>, where the weights can be
-// evicted (x86).
-const bool cold_block_products_registered = [] {
-  if (!can_evict) return false;
-  for (auto format : {WeightFormat::quantized_dot, WeightFormat::f32, WeightFormat::bf16, WeightFormat::bf16_dot,
-                      WeightFormat::quantized}) {
-    std::string name = "BM_BlockProductsCold";
-    if (format != WeightFormat::quantized_dot) name += "_" + std::string(specdec::llama::to_string(format));
-    benchmark::RegisterBenchmark(name.c_str(), [format](benchmark::State& state) {
-      block_products(state, format, true, true);
-    })->Arg(1)->Arg(5)->Arg(9)->Unit(benchmark::kMillisecond)->UseManualTime()->ComputeStatistics("min", minimum);
+    if (can_evict)
+      benchmark::RegisterBenchmark(("BM_BlockProductsCold" + suffix).c_str(), [format](benchmark::State& state) {
+        block_products(state, format, true, true);
+      })->Apply(cold_positions);
   }
   return true;
 }();
@@ -492,11 +490,9 @@ const bool forwards_registered = [] {
                         WeightFormat::quantized_dot}) {
       const std::string name = std::string(cold ? "BM_LlamaForwardCold_" : "BM_LlamaForward_") +
                                std::string(specdec::llama::to_string(format));
-      auto* b = benchmark::RegisterBenchmark(name.c_str(), [format, cold](benchmark::State& state) {
+      benchmark::RegisterBenchmark(name.c_str(), [format, cold](benchmark::State& state) {
         forward(state, format, cold);
-      });
-      if (!cold) b->Apply(positions);
-      else b->Arg(1)->Arg(5)->Arg(9)->Unit(benchmark::kMillisecond)->UseManualTime()->ComputeStatistics("min", minimum);
+      })->Apply(cold ? cold_positions : positions);
     }
   }
   return true;
