@@ -138,6 +138,21 @@ inline bool single_stream_steps = amd_family(25);
 /// single_stream_steps): the one place both panels_per_step and panel_ahead take that rule from.
 inline bool single_stream_step(std::size_t positions) { return positions <= 2 && single_stream_steps; }
 
+/// Bytes ahead in each of its panels at which the AVX-512 f32 kernel's steps of 4 panels (1 and 2 positions,
+/// where single_stream_steps is off) ask for the line they will read there, with the hint requests_into_l2
+/// picks: 2 KiB (32 lines a panel, 128 a step) everywhere but on AMD family 25 and 26, 0 (nothing asked: the
+/// hardware prefetcher alone, as before) there. A step's four panels are four streams 36 KiB apart that the
+/// hardware prefetcher follows late on the Intel Xeon of 2026-12-05 (family 6, model 207): forwards of SmolLM2
+/// at context 256 on 2 threads (rounds alternating with no request in one process, medians of the per-round
+/// ratios, 8-20 rounds) took 0.935x, 0.953x, 0.983x and 0.988x the time at 1 position back to back, 0.917x,
+/// 0.966x, 0.972x and 0.973x with the weights evicted before each, 0.879x, 0.880x and 0.886x at 2 positions; 3
+/// and 4 KiB read 0.92-0.99x and 0.89-0.90x there. The output head alone, evicted, read 23.7-26.2 GB/s against 21.0-24.1 (medians of 15). The same
+/// requests at 5, 9 and 16 positions, in place of those steps' requests for their next step's panels, took
+/// 0.98x, 1.01x and 1.07x, so those keep theirs. Not measured on a Zen 4 (where f32 reads one panel a step at 1
+/// and 2 positions) or a Zen 5 (where asking for the next step's panels, with NTA, took these steps to
+/// 1.07-1.14x the time). The bits do not change. Read by every call, like requests_into_l2.
+inline std::size_t f32_near_request_bytes = amd_family(25) || amd_family(26) ? 0 : 2048;
+
 /// Digit products per weight block (input digits × positions of a kernel call) up to which the AVX-512 block
 /// kernels leave the next panel to the hardware prefetcher instead of asking for it (panel_kernel_qdot), for
 /// 4-bit blocks (q4_0, q4_1: 18-20 bytes per 32 weights) and for q8_0 (34 bytes): 1 and 1 on AMD family 25 (where
@@ -309,11 +324,13 @@ SPECDEC_ALWAYS_INLINE void prefetch_ahead(const std::byte* const* panel, PanelRe
 /// kernels waiting on memory: alternating call by call with no request (forwards of SmolLM2 at context 256, 2
 /// threads, Zen 5, 2026-12-02, medians of 4-10 rounds per machine state), bf16 took 0.60-0.67x the time at 5 and
 /// 9 positions; f32 0.82-0.88x at 5 and 0.73-0.82x at 9; bf16_dot 0.80-0.88x at 5 and 0.67-0.74x at 9. f32's
-/// 4-panel kernels (1-2 positions) took 1.07-1.14x the time with the request, so they make none. P: the
-/// step's positions (no request where single_stream_step(P)).
+/// 4-panel kernels (1-2 positions) took 1.07-1.14x the time with that request: they ask instead for their own
+/// panels' lines f32_near_request_bytes ahead (none where that is 0), past the panels' and the run's ends
+/// alike (a few lines of the next panel or run). P: the step's positions (no request where single_stream_step(P)).
 template <int R, int P>
 PanelRequest panel_ahead(const PackedMatrix& w, std::size_t panel, std::size_t last) {
-  if (R > 2 || !next_step_in_run<R>(panel, last) || single_stream_step(P)) return {};
+  if constexpr (R > 2) return {f32_near_request_bytes, requests_into_l2};
+  if (!next_step_in_run<R>(panel, last) || single_stream_step(P)) return {};
   return {static_cast<std::size_t>(w.panel(panel + R) - w.panel(panel)), requests_into_l2};
 }
 
