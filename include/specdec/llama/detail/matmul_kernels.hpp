@@ -138,20 +138,26 @@ inline bool single_stream_steps = amd_family(25);
 /// single_stream_steps): the one place both panels_per_step and panel_ahead take that rule from.
 inline bool single_stream_step(std::size_t positions) { return positions <= 2 && single_stream_steps; }
 
-/// Bytes ahead in each of its panels at which the AVX-512 f32 kernel's steps of 4 panels (1 and 2 positions,
-/// where single_stream_steps is off) ask for the line they will read there, with the hint requests_into_l2
-/// picks: 2 KiB (32 lines a panel, 128 a step) everywhere but on AMD family 25 and 26, 0 (nothing asked: the
-/// hardware prefetcher alone, as before) there. A step's four panels are four streams 36 KiB apart that the
-/// hardware prefetcher follows late on the Intel Xeon of 2026-12-05 (family 6, model 207): forwards of SmolLM2
-/// at context 256 on 2 threads (rounds alternating with no request in one process, medians of the per-round
-/// ratios, 8-20 rounds) took 0.935x, 0.953x, 0.983x and 0.988x the time at 1 position back to back, 0.917x,
-/// 0.966x, 0.972x and 0.973x with the weights evicted before each, 0.879x, 0.880x and 0.886x at 2 positions; 3
-/// and 4 KiB read 0.92-0.99x and 0.89-0.90x there. The output head alone, evicted, read 23.7-26.2 GB/s against 21.0-24.1 (medians of 15). The same
-/// requests at 5, 9 and 16 positions, in place of those steps' requests for their next step's panels, took
-/// 0.98x, 1.01x and 1.07x, so those keep theirs. Not measured on a Zen 4 (where f32 reads one panel a step at 1
-/// and 2 positions) or a Zen 5 (where asking for the next step's panels, with NTA, took these steps to
-/// 1.07-1.14x the time). The bits do not change. Read by every call, like requests_into_l2.
-inline std::size_t f32_near_request_bytes = amd_family(25) || amd_family(26) ? 0 : 2048;
+/// Bytes ahead in each of its panels at which an AVX-512 float kernel step of 1 or 2 positions (f32's steps of 4
+/// panels, bf16's interleaved pair, bf16_dot's 2 panels; where single_stream_steps is off) asks for the line it
+/// will read there, with the hint requests_into_l2 picks, beside bf16's and bf16_dot's requests for their next
+/// step's panels (see panel_ahead): 2 KiB (32 lines a panel) everywhere but on AMD family 25 and 26, 0 (nothing:
+/// the hardware prefetcher alone, as before) there. The hardware prefetcher follows the steps' panel streams
+/// late on the Intel Xeon of 2026-12-05 (family 6, model 207). Forwards of SmolLM2 at context 256 on 2 threads
+/// there, rounds alternating with no near request in one process (medians of the per-round ratios, 8-20 rounds):
+/// - f32 (whose 4-panel steps asked for nothing): 0.935-0.993x the time at 1 position back to back (five runs),
+///   0.917-0.998x with the weights evicted before each (five), 0.879-0.897x at 2 positions (four); 3 and 4 KiB
+///   0.92-0.99x and 0.89-0.90x. The output head alone, evicted, read 23.7-26.2 GB/s against 21.0-24.1 (medians
+///   of 15);
+/// - bf16: 0.943x and 0.968x at 1 position, 0.929x and 0.948x evicted, 0.962x and 0.966x at 2; bf16_dot 0.955x
+///   and 0.955x, 0.917x and 0.925x, 0.968x and 0.994x (4 KiB 0.92-0.97x); near requests alone, without the next
+///   step's, 0.98-1.16x;
+/// - at 5, 9 and 16 positions near requests took f32 to 0.98x, 1.01x and 1.07x in place of its next-step
+///   requests, bf16 and bf16_dot to 0.99-1.01x at 5 and 9 beside theirs, so those steps make none.
+/// Not measured on a Zen 4 (where the float kernels read one panel a step at 1 and 2 positions) or a Zen 5
+/// (where f32's 4-panel steps asking for the next step's panels, with NTA, took 1.07-1.14x the time). The bits
+/// do not change. Read by every call, like requests_into_l2.
+inline std::size_t near_request_bytes = amd_family(25) || amd_family(26) ? 0 : 2048;
 
 /// Digit products per weight block (input digits × positions of a kernel call) up to which the AVX-512 block
 /// kernels leave the next panel to the hardware prefetcher instead of asking for it (panel_kernel_qdot), for
@@ -301,37 +307,44 @@ SPECDEC_AVX512_WARNINGS_OFF
 // AVX-512 path. Each visitor loads (and widens) R panels' weights for one column at a time and hands
 // them to fn(w, k); the kernel multiplies them into R × P accumulators.
 
-/// What a float kernel step asks for: the panels `ahead` bytes after its own (0: nothing), into L2 (the hint T1)
-/// or with the non-temporal hint (NTA); see requests_into_l2.
+/// What a float kernel step asks for, into L2 (the hint T1) or with the non-temporal hint (NTA; see
+/// requests_into_l2): the next step's panels, `ahead` bytes after its own, and its own panels' lines `near`
+/// bytes ahead of those it reads (0: not asked for).
 struct PanelRequest {
   std::size_t ahead = 0;
+  std::size_t near = 0;
   bool into_l2 = false;
-  explicit operator bool() const { return ahead != 0; }
+  explicit operator bool() const { return ahead != 0 || near != 0; }
 };
 
-/// Asks for the line at byte `offset` of each of the R panels `request.ahead` bytes after the given ones (the
-/// next kernel step's panels; a prefetch never faults, past the matrix's end included).
+/// Asks for what `request` names at byte `offset` of each of the R panels (a prefetch never faults, past the
+/// matrix's end included).
 template <int R>
 SPECDEC_ALWAYS_INLINE void prefetch_ahead(const std::byte* const* panel, PanelRequest request, std::size_t offset) {
-  SPECDEC_UNROLL for (int r = 0; r < R; ++r) request_line(panel[r] + request.ahead + offset, request.into_l2);
+  if (request.ahead)
+    SPECDEC_UNROLL for (int r = 0; r < R; ++r) request_line(panel[r] + request.ahead + offset, request.into_l2);
+  if (request.near)
+    SPECDEC_UNROLL for (int r = 0; r < R; ++r) request_line(panel[r] + request.near + offset, request.into_l2);
 }
 
-/// The request of a kernel step of R panels (from `panel`) for the next step's, for prefetch_ahead: `ahead` 0
-/// where the step asks for nothing. The float kernels of 1 and 2 panels (bf16 and bf16_dot at every width, f32
-/// from 3 positions) ask for the next step's panels, column by column beside their own loads; never past `last`, the
-/// end of the thread's run (asking for panels another thread computes, up to 72 KiB per call in f32, took
-/// one-position forwards to 1.02-1.03x the time of asking for nothing). The hardware prefetcher alone left the
-/// kernels waiting on memory: alternating call by call with no request (forwards of SmolLM2 at context 256, 2
-/// threads, Zen 5, 2026-12-02, medians of 4-10 rounds per machine state), bf16 took 0.60-0.67x the time at 5 and
-/// 9 positions; f32 0.82-0.88x at 5 and 0.73-0.82x at 9; bf16_dot 0.80-0.88x at 5 and 0.67-0.74x at 9. f32's
-/// 4-panel kernels (1-2 positions) took 1.07-1.14x the time with that request: they ask instead for their own
-/// panels' lines f32_near_request_bytes ahead (none where that is 0), past the panels' and the run's ends
-/// alike (a few lines of the next panel or run). P: the step's positions (no request where single_stream_step(P)).
+/// The requests of a kernel step of R panels (from `panel`) of P positions, for prefetch_ahead. The float
+/// kernels of 1 and 2 panels (bf16 and bf16_dot at every width, f32 from 3 positions) ask for the next step's
+/// panels, column by column beside their own loads; never past `last`, the end of the thread's run (asking for
+/// panels another thread computes, up to 72 KiB per call in f32, took one-position forwards to 1.02-1.03x the
+/// time of asking for nothing). The hardware prefetcher alone left the kernels waiting on memory: alternating
+/// call by call with no request (forwards of SmolLM2 at context 256, 2 threads, Zen 5, 2026-12-02, medians of
+/// 4-10 rounds per machine state), bf16 took 0.60-0.67x the time at 5 and 9 positions; f32 0.82-0.88x at 5 and
+/// 0.73-0.82x at 9; bf16_dot 0.80-0.88x at 5 and 0.67-0.74x at 9. f32's 4-panel kernels (1-2 positions) took
+/// 1.07-1.14x the time with that request, so they make none. Steps of 1 and 2 positions also ask for their own
+/// panels' lines near_request_bytes ahead, past the panels' and the run's ends alike (a few lines of the next
+/// panel or run). No request where single_stream_step(P).
 template <int R, int P>
 PanelRequest panel_ahead(const PackedMatrix& w, std::size_t panel, std::size_t last) {
-  if constexpr (R > 2) return {f32_near_request_bytes, requests_into_l2};
-  if (!next_step_in_run<R>(panel, last) || single_stream_step(P)) return {};
-  return {static_cast<std::size_t>(w.panel(panel + R) - w.panel(panel)), requests_into_l2};
+  if (single_stream_step(P)) return {};
+  PanelRequest request{0, P <= 2 ? near_request_bytes : 0, requests_into_l2};
+  if (R <= 2 && next_step_in_run<R>(panel, last))
+    request.ahead = static_cast<std::size_t>(w.panel(panel + R) - w.panel(panel));
+  return request;
 }
 
 /// Each visitor's most_panels: the panels per kernel step for 1 and 2 positions (4 fill the registers; see
