@@ -92,9 +92,10 @@ inline bool amd_family(unsigned family) {
 /// 2026-12-05 (family 6, model 207, Emerald Rapids; the same forwards, alternating round by round in one process,
 /// medians of 6 rounds of 12 forwards) NTA requests left the kernels waiting on memory, as if the lines were
 /// evicted again before their use, and T1 took 0.39-0.68x the time of NTA in bf16, bf16_dot, quantized and
-/// quantized_dot at 1, 2 and 5 positions and 0.51-0.81x at 9; f32 (which asks from 3 positions) 0.50x at 5 and
-/// 9. On CPUs not measured, T1: what NTA does differs from CPU to CPU, while T1's lines stay in L2 until used.
-/// The bits do not change. Read by every call: a program may change it between forwards (for measuring).
+/// quantized_dot at 1, 2 and 5 positions and 0.51-0.81x at 9; f32 (which then asked only from 3 positions) 0.50x
+/// at 5 and 9 (its near requests at 1 and 2 positions, see near_request_bytes, take the same hint). On CPUs not
+/// measured, T1: what NTA does differs from CPU to CPU, while T1's lines stay in L2 until used. The bits do not
+/// change. Read by every call: a program may change it between forwards (for measuring).
 inline bool requests_into_l2 = !amd_family(26);
 
 /// Whether this build's kernels ask for the weights' next lines into L2 on this CPU: requests_into_l2 where the
