@@ -1,5 +1,6 @@
 // Tests of the thread pool, the packed weight formats, the batch-invariant matrix kernel and attention.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <bit>
 #include <catch2/catch.hpp>
@@ -402,10 +403,12 @@ TEST_CASE("every encoding gives the same bits on the vector and portable paths",
           specdec::llama::matmul(MatmulOutput{&m.packed, portable.data(), rows, false}, x.data(), cols, n, pool, true);
           // The block kernels asking for the next panel at every width, and at none (detail::quiet_dot_products);
           // the kernels asking with either hint (detail::requests_into_l2); the float kernels at 1 and 2
-          // positions stepping by one panel or by their most (detail::single_stream_steps).
+          // positions stepping by one panel or by their most (detail::single_stream_steps), and asking for their
+          // own panels' lines ahead or not (detail::near_request_bytes: none, 2 KiB, one line).
           const auto saved = specdec::llama::detail::quiet_dot_products;
           const bool saved_hint = specdec::llama::detail::requests_into_l2;
           const bool saved_steps = specdec::llama::detail::single_stream_steps;
+          const std::size_t saved_near = specdec::llama::detail::near_request_bytes;
           for (bool single : {false, true})
             for (int variant : {0, 1, 2}) {  // ask with NTA, ask into L2, never ask (the float kernels: into L2)
               CAPTURE(single, variant);
@@ -413,6 +416,7 @@ TEST_CASE("every encoding gives the same bits on the vector and portable paths",
               specdec::llama::detail::quiet_dot_products = {quiet, quiet};
               specdec::llama::detail::requests_into_l2 = variant != 0;
               specdec::llama::detail::single_stream_steps = single;
+              specdec::llama::detail::near_request_bytes = std::array<std::size_t, 3>{0, 2048, 64}[variant];
               std::fill(fast.begin(), fast.end(), std::numeric_limits<float>::quiet_NaN());  // no earlier variant's rows
               specdec::llama::matmul(MatmulOutput{&m.packed, fast.data(), rows, false}, x.data(), cols, n, pool, false);
               REQUIRE(std::memcmp(fast.data(), portable.data(), fast.size() * sizeof(float)) == 0);
@@ -420,6 +424,7 @@ TEST_CASE("every encoding gives the same bits on the vector and portable paths",
           specdec::llama::detail::quiet_dot_products = saved;
           specdec::llama::detail::requests_into_l2 = saved_hint;
           specdec::llama::detail::single_stream_steps = saved_steps;
+          specdec::llama::detail::near_request_bytes = saved_near;
         }
       }
 }
