@@ -93,7 +93,7 @@ inline bool amd_family(unsigned family) {
 /// medians of 6 rounds of 12 forwards) NTA requests left the kernels waiting on memory, as if the lines were
 /// evicted again before their use, and T1 took 0.39-0.68x the time of NTA in bf16, bf16_dot, quantized and
 /// quantized_dot at 1, 2 and 5 positions and 0.51-0.81x at 9; f32 (which then asked only from 3 positions) 0.50x
-/// at 5 and 9 (its near requests at 1 and 2 positions, see near_request_bytes, take the same hint). On CPUs not
+/// at 5 and 9 (its near requests at 1 and 2 positions, see near_request_lines, take the same hint). On CPUs not
 /// measured, T1: what NTA does differs from CPU to CPU, while T1's lines stay in L2 until used. The bits do not
 /// change. Read by every call: a program may change it between forwards (for measuring).
 inline bool requests_into_l2 = !amd_family(26);
@@ -139,26 +139,29 @@ inline bool single_stream_steps = amd_family(25);
 /// single_stream_steps): the one place both panels_per_step and panel_ahead take that rule from.
 inline bool single_stream_step(std::size_t positions) { return positions <= 2 && single_stream_steps; }
 
-/// Bytes ahead in each of its panels at which an AVX-512 float kernel step of 1 or 2 positions (f32's steps of 4
-/// panels, bf16's interleaved pair, bf16_dot's 2 panels; where single_stream_steps is off) asks for the line it
-/// will read there, with the hint requests_into_l2 picks, beside bf16's and bf16_dot's requests for their next
-/// step's panels (see panel_ahead): 2 KiB (32 lines a panel) everywhere but on AMD family 25 and 26, 0 (nothing:
-/// the hardware prefetcher alone, as before) there. The hardware prefetcher follows the steps' panel streams
-/// late on the Intel Xeon of 2026-12-05 (family 6, model 207). Forwards of SmolLM2 at context 256 on 2 threads
-/// there, rounds alternating with no near request in one process (medians of the per-round ratios, 8-20 rounds):
-/// - f32 (whose 4-panel steps asked for nothing): 0.935-0.993x the time at 1 position back to back (five runs),
-///   0.917-0.998x with the weights evicted before each (five), 0.879-0.897x at 2 positions (four); 3 and 4 KiB
-///   0.92-0.99x and 0.89-0.90x. The output head alone, evicted, read 23.7-26.2 GB/s against 21.0-24.1 (medians
-///   of 15);
-/// - bf16: 0.943x and 0.968x at 1 position, 0.929x and 0.948x evicted, 0.962x and 0.966x at 2; bf16_dot 0.955x
-///   and 0.955x, 0.917x and 0.925x, 0.968x and 0.994x (4 KiB 0.92-0.97x); near requests alone, without the next
-///   step's, 0.98-1.16x;
+/// Lines of each of its panels' own weights ahead of those it reads at which an AVX-512 float kernel step of 1 or
+/// 2 positions (f32's steps of 4 panels, bf16's interleaved pair, bf16_dot's 2 panels; where single_stream_steps
+/// is off) asks for the panel's next line there, with the hint requests_into_l2 picks, beside bf16's and
+/// bf16_dot's requests for their next step's panels (see panel_ahead): 32 (2 KiB of a panel's weights; in bf16's
+/// interleaved pairs 4 KiB of the stream) everywhere but on AMD family 25 and 26, 0 (nothing: the hardware
+/// prefetcher alone, as before) there. The hardware prefetcher follows the steps' panel streams late on the
+/// Intel Xeon of 2026-12-05 (family 6, model 207). Forwards of SmolLM2 at context 256 on 2 threads there, rounds
+/// alternating in one process (medians of the per-round ratios, 8-20 rounds), against no such request:
+/// - f32 (whose 4-panel steps asked for nothing) at 32 lines: 0.935-0.993x the time at 1 position back to back
+///   (five runs), 0.917-0.998x with the weights evicted before each (five), 0.879-0.897x at 2 positions (four);
+///   48 and 64 lines 0.92-0.99x and 0.89-0.90x. The output head alone, evicted, read 23.7-26.2 GB/s against
+///   21.0-24.1 (medians of 15);
+/// - bf16 at 32 lines (4 KiB of its stream): 0.948x at 1 position, 0.953x evicted, 0.929x at 2; at 16 lines
+///   0.943x and 0.968x, 0.929x and 0.948x evicted, 0.962x and 0.966x at 2, and 32 against 16 lines 0.952x and
+///   0.969x, 0.976x and 0.962x evicted (48: 0.963-0.983x);
+/// - bf16_dot at 32 lines: 0.955x and 0.955x, 0.917x and 0.925x, 0.968x and 0.994x; 64 against 32 0.995x;
+/// - near requests alone, without the next step's: bf16 and bf16_dot 0.98-1.16x;
 /// - at 5, 9 and 16 positions near requests took f32 to 0.98x, 1.01x and 1.07x in place of its next-step
 ///   requests, bf16 and bf16_dot to 0.99-1.01x at 5 and 9 beside theirs, so those steps make none.
 /// Not measured on a Zen 4 (where the float kernels read one panel a step at 1 and 2 positions) or a Zen 5
 /// (where f32's 4-panel steps asking for the next step's panels, with NTA, took 1.07-1.14x the time). The bits
 /// do not change. Read by every call, like requests_into_l2.
-inline std::size_t near_request_bytes = amd_family(25) || amd_family(26) ? 0 : 2048;
+inline std::size_t near_request_lines = amd_family(25) || amd_family(26) ? 0 : 32;
 
 /// Digit products per weight block (input digits × positions of a kernel call) up to which the AVX-512 block
 /// kernels leave the next panel to the hardware prefetcher instead of asking for it (panel_kernel_qdot), for
@@ -337,12 +340,14 @@ SPECDEC_ALWAYS_INLINE void prefetch_ahead(const std::byte* const* panel, PanelRe
 /// 4-10 rounds per machine state), bf16 took 0.60-0.67x the time at 5 and 9 positions; f32 0.82-0.88x at 5 and
 /// 0.73-0.82x at 9; bf16_dot 0.80-0.88x at 5 and 0.67-0.74x at 9. f32's 4-panel kernels (1-2 positions) took
 /// 1.07-1.14x the time with that request, so they make none. Steps of 1 and 2 positions also ask for their own
-/// panels' lines near_request_bytes ahead, past the panels' and the run's ends alike (a few lines of the next
+/// panels' lines near_request_lines ahead, past the panels' and the run's ends alike (a few lines of the next
 /// panel or run). No request where single_stream_step(P).
 template <int R, int P>
 PanelRequest panel_ahead(const PackedMatrix& w, std::size_t panel, std::size_t last) {
   if (single_stream_step(P)) return {};
-  PanelRequest request{0, P <= 2 ? near_request_bytes : 0, requests_into_l2};
+  // A panel's next line is a column step on: 64 bytes on, or 128 in bf16's interleaved pairs.
+  const std::size_t near = P <= 2 ? near_request_lines * bf16_pair_stride(w.encoding()) : 0;
+  PanelRequest request{0, near, requests_into_l2};
   if (R <= 2 && next_step_in_run<R>(panel, last))
     request.ahead = static_cast<std::size_t>(w.panel(panel + R) - w.panel(panel));
   return request;
