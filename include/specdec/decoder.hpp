@@ -163,7 +163,8 @@ class SpeculativeDecoder {
     const std::size_t held = draft_.sync(sequence, n - 1);
     std::vector<Token> feed(sequence.begin() + static_cast<std::ptrdiff_t>(held), sequence.end());
     const double before = stats.draft_seconds;
-    if (feed.size() > 1) {  // catching up (after rounds without drafting): only the last position needs logits
+    if (feed.size() > 1) {  // catching up (rounds without drafting, a fully accepted round's last proposal):
+      // only the last position needs logits
       draft_.append(std::span<const Token>(feed).first(feed.size() - 1), stats.draft_seconds, stats.draft_forward_calls);
       report.caught_up = feed.size() - 1;
       report.catch_up_seconds = stats.draft_seconds - before;

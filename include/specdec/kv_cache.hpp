@@ -1,4 +1,4 @@
-// specdec/kv_cache.hpp — fixed-capacity per-layer key/value storage with O(1) rollback.
+// specdec/kv_cache.hpp — fixed-capacity per-layer key/value storage with rollback in O(layers), no copy.
 // Entry point: specdec::KvCache. A Model implements truncate(n) with KvCache::truncate(n).
 // Read next: model.hpp.
 #pragma once

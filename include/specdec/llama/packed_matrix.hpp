@@ -48,7 +48,7 @@ enum class WeightFormat {
   quantized,  ///< Q4_0 / Q4_1 / Q8_0 blocks kept as they are, multiplied as integers (VNNI dot products) with the
               ///< inputs as 24-bit integers per 32-column block, split into three int8 digits: about as precise as
               ///< float products (every input within 2^-23 of its block's largest); other tensor types as f32.
-              ///< Without AVX-512 VNNI it runs the scalar twin.
+              ///< Without AVX-512 VNNI: the AVX2 block kernels (AVX2, FMA and F16C), else the scalar twin.
   quantized_dot,  ///< the same blocks, with inputs quantised to 8 bits per 32-column block (one digit, as llama.cpp
                   ///< does): a third of the integer work, 7 bits of input precision; other types as `quantized`
 };
