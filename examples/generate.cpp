@@ -54,9 +54,17 @@ constexpr const char* kUsage = R"(usage: specdec-generate [options]
   --json                    print one JSON object instead of text and a summary
 )";
 
+/// Whether the text streamed to stdout has a line open: an error reported meanwhile starts a new line first.
+bool stdout_line_open = false;
+
+/// Throws where writing to stdout failed (a full disk, a closed stream): the output would be lost unsaid.
+void check_stdout() {
+  if (!(std::cout << std::flush)) throw specdec::Error("cannot write to standard output");
+}
+
 /// A bad command line: reported on one line, exit code 2.
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+struct UsageError : specdec::Error {
+  using specdec::Error::Error;
 };
 
 constexpr std::size_t kMaxContext = std::size_t{1} << 17;  // 131072 positions: 4.5 GB of f16 cache for SmolLM2
@@ -84,6 +92,8 @@ template <class T>
 T parse_number(std::string_view flag, std::string_view text) {
   T value{};
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error == std::errc::result_out_of_range && end == text.data() + text.size())
+    throw UsageError(std::string(flag) + " is out of range, got '" + std::string(text) + "'");
   if (error != std::errc() || end != text.data() + text.size() || text.empty())
     throw UsageError(std::string(flag) + " expects a number, got '" + std::string(text) + "'");
   return value;
@@ -137,7 +147,8 @@ Args parse_args(int argc, char** argv) {
     }
   }
   if (a.threads == 0 || a.threads > 256) throw UsageError("--threads must be in 1..256, got " + std::to_string(a.threads));
-  if (a.k && *a.k > 64) throw UsageError("--k must be at most 64, got " + std::to_string(*a.k));
+  if (a.k && (*a.k == 0 || *a.k > 64))  // plain decoding is --draft none
+    throw UsageError("--k must be in 1..64, got " + std::to_string(*a.k));
   if (a.max_context == 0 || a.max_context > kMaxContext)
     throw UsageError("--max-context must be in 1.." + std::to_string(kMaxContext) + ", got " + std::to_string(a.max_context));
   validate(a.sampling);  // temperature and top_p ranges, as specdec::Error
@@ -161,6 +172,8 @@ DraftSpec parse_draft(const std::string& text, std::size_t target_layers) {
   } else if (text.starts_with("early-exit:")) {
     d.kind = DraftSpec::Kind::early_exit;
     d.n = parse_number<std::size_t>("--draft early-exit:L", std::string_view(text).substr(11));
+    if (target_layers < 2)
+      throw UsageError("--draft early-exit:L needs a model of 2 layers or more, this one has " + std::to_string(target_layers));
     if (d.n == 0 || d.n >= target_layers)
       throw UsageError("--draft early-exit:L needs L in 1.." + std::to_string(target_layers - 1) + ", got " + std::to_string(d.n));
   } else {
@@ -298,7 +311,11 @@ int run_main(int argc, char** argv) {
   std::unique_ptr<LlamaModel> draft_model;
   if (draft_spec.kind == DraftSpec::Kind::model) {
     const gguf::File draft_file = gguf::File::open(draft_spec.path);
-    llama::check_same_vocabulary(Tokenizer::from_gguf(draft_file), tokenizer);
+    try {
+      llama::check_same_vocabulary(Tokenizer::from_gguf(draft_file), tokenizer);
+    } catch (const specdec::Error& e) {
+      throw specdec::Error("--draft '" + draft_spec.path + "': " + e.what());
+    }
     draft_model = std::make_unique<LlamaModel>(llama::LlamaWeights::load(draft_file, args.format), args.max_context,
                                                target.pool(), args.kv_format);
   }
@@ -312,6 +329,7 @@ int run_main(int argc, char** argv) {
                  prompt.size(), args.max_tokens, trained);
   const bool stream = !args.json;
   if (stream) std::cout << prompt_text << std::flush;
+  stdout_line_open = stream;
 
   Run main_run;
   const char* label = "speculative";
@@ -335,6 +353,8 @@ int run_main(int argc, char** argv) {
       break;
   }
   if (stream) std::cout << "\n" << std::flush;  // before the summary on stderr, which shares the terminal
+  stdout_line_open = false;
+  check_stdout();
 
   std::optional<Run> plain;
   if (args.compare) plain = run_plain(target, args, prompt, options, tokenizer, false);
@@ -360,7 +380,15 @@ int run_main(int argc, char** argv) {
       std::fprintf(stderr, "speedup: %.2fx, tokens identical: %s\n", speedup, identical ? "yes" : "no");
     }
   }
+  check_stdout();
   return 0;
+}
+
+/// Reports an error on one line of stderr, after ending a line that the streamed text left open.
+int report(std::string_view prefix, const char* message) {
+  if (stdout_line_open) std::cout << "\n" << std::flush;
+  std::cerr << "specdec-generate: " << prefix << specdec::detail::escape_controls(message) << "\n";
+  return 2;
 }
 
 }  // namespace
@@ -368,12 +396,9 @@ int run_main(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     return run_main(argc, argv);
-  } catch (const UsageError& e) {
-    std::cerr << "specdec-generate: " << e.what() << "\n";
-  } catch (const specdec::Error& e) {
-    std::cerr << "specdec-generate: " << e.what() << "\n";
+  } catch (const specdec::Error& e) {  // UsageError too
+    return report("", e.what());
   } catch (const std::exception& e) {
-    std::cerr << "specdec-generate: unexpected error: " << e.what() << "\n";
+    return report("unexpected error: ", e.what());
   }
-  return 2;
 }

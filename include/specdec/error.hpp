@@ -8,6 +8,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace specdec {
@@ -20,12 +21,37 @@ struct Error : std::runtime_error {
 
 namespace detail {
 
-/// Throws specdec::Error with the streamed concatenation of `parts`.
+/// `text` with its control bytes (0x00-0x1f and 0x7f) written as escapes (\n, \t, \r, \xNN), so that a message
+/// quoting a file's strings or a command line's arguments stays on one line and sends nothing to a terminal.
+inline std::string escape_controls(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte != 0x7f) {
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else {
+      constexpr char hex[] = "0123456789abcdef";
+      out += "\\x";
+      out += hex[byte >> 4];
+      out += hex[byte & 15];
+    }
+  }
+  return out;
+}
+
+/// Throws specdec::Error with the streamed concatenation of `parts`, its control bytes escaped (escape_controls).
 template <class... Parts>
 [[noreturn]] void fail(Parts&&... parts) {
   std::ostringstream out;
   (out << ... << std::forward<Parts>(parts));
-  throw Error(out.str());
+  throw Error(escape_controls(out.str()));
 }
 
 /// A floating-point value as text with every digit its type needs to be read back exactly (1.00000012, not

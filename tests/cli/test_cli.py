@@ -5,8 +5,10 @@ usage: test_cli.py SPECDEC_GENERATE MODEL_PATH
 Prints one line per check and a closing 'N passed, N failed' line; exits non-zero on any failure.
 """
 import json
+import os
 import subprocess
 import sys
+import tempfile
 
 binary, model = sys.argv[1], sys.argv[2]
 passed = failed = 0
@@ -125,6 +127,10 @@ errors = [
     (["--max-context", "8", "--max-tokens", "16"], "exceeds --max-context 8"),
     (["--max-context", "9223372036854775808"], "--max-context must be in 1..131072, got 9223372036854775808"),
     (["--max-context", "12", "--max-tokens", "18446744073709551615"], "exceeds --max-context 12"),
+    (["--k", "0"], "--k must be in 1..64, got 0"),
+    (["--temp", "1e40"], "--temp is out of range, got '1e40'"),
+    # Control bytes from the command line are escaped: the error stays on one line, nothing reaches a terminal.
+    (["--sampling", "a\nb\x1b[2J"], "--sampling expects rejection or coupled, got 'a\\nb\\x1b[2J'"),
 ]
 for args, message in errors:
     r = run(*args)
@@ -143,7 +149,6 @@ r = subprocess.run([binary, "--model", "/nonexistent/model.gguf"], capture_outpu
 check("missing model file", r.returncode == 2 and "/nonexistent/model.gguf" in r.stderr, r.stderr)
 with open(sys.argv[0], "rb") as f:
     not_gguf = f.read()
-import tempfile
 with tempfile.NamedTemporaryFile(suffix=".gguf") as tmp:
     tmp.write(not_gguf)
     tmp.flush()
@@ -151,6 +156,23 @@ with tempfile.NamedTemporaryFile(suffix=".gguf") as tmp:
     check("a file that is not GGUF", r.returncode == 2 and "magic" in r.stderr, r.stderr)
     r = run("--draft", tmp.name)
     check("a draft file that is not GGUF", r.returncode == 2 and "magic" in r.stderr and r.stdout == "", r.stderr)
+
+with tempfile.TemporaryDirectory() as tmp:
+    fifo = f"{tmp}/model.gguf"
+    os.mkfifo(fifo)  # opening a FIFO without a writer would wait for one
+    for flag, args in (("--model", ["--model", fifo]), ("--draft", ["--model", model, "--draft", fifo])):
+        try:
+            r = subprocess.run([binary, *args, "--max-tokens", "2"], capture_output=True, text=True, timeout=60)
+            check(f"a FIFO as {flag}", r.returncode == 2 and "not a regular file" in r.stderr and
+                  len(r.stderr.strip().splitlines()) == 1, r.stderr)
+        except subprocess.TimeoutExpired:
+            check(f"a FIFO as {flag}", False, "hung for 60 s")
+with open("/dev/full", "w") as full:  # every write fails: the output is lost, and the tool says so
+    for mode in ([], ["--json"]):
+        r = subprocess.run([binary, "--model", model, "--max-tokens", "2", *mode], stdout=full, stderr=subprocess.PIPE,
+                           text=True, timeout=600)
+        check(f"stdout that cannot be written {mode}",
+              r.returncode == 2 and r.stderr.strip().endswith("cannot write to standard output"), r.stderr)
 
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

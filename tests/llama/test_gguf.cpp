@@ -455,6 +455,14 @@ TEST_CASE("a file opened from disk is memory-mapped and survives a move", "[gguf
 // Metadata access errors
 // ---------------------------------------------------------------------------------------------
 
+TEST_CASE("an error that quotes the file's text escapes its control bytes, so it stays on one line", "[gguf]") {
+  GgufWriter w;
+  w.add_string("line\nbreak\x1b[2J\x7f", "x");  // a newline, a terminal's clear-screen sequence, DEL
+  const File f = parse(w.finish());
+  REQUIRE_THROWS_WITH(f.get_uint("line\nbreak\x1b[2J\x7f"),
+                      "test.gguf: key 'line\\nbreak\\x1b[2J\\x7f' has type string, expected an integer");
+}
+
 TEST_CASE("metadata getters name the key and the expected type", "[gguf]") {
   GgufWriter w;
   w.add_string("s", "x");

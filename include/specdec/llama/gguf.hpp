@@ -94,7 +94,8 @@ class Storage {
  public:
   explicit Storage(std::vector<std::byte> bytes) : buffer_(std::move(bytes)), bytes_(buffer_) {}
   Storage(const std::filesystem::path& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO without a writer would otherwise wait for one; fstat below rejects it.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) specdec::detail::fail("cannot open gguf file '", path.string(), "': ", std::strerror(errno));
     struct stat st {};
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
