@@ -303,3 +303,86 @@ TEST_CASE("bad arguments and misbehaving models raise specdec::Error naming the 
   ToyModel fine(target_config());
   CHECK_THROWS_WITH(fine.forward(std::vector<Token>{33}), "toy model got token 33, outside the vocabulary of 32 tokens");
 }
+
+namespace {
+
+/// A ToyModel whose forward returns its logits as a new matrix of type Result (by value): the Model concept
+/// allows anything that converts to const Logits&.
+template <class Result>
+struct ByValueModel {
+  ToyModel inner;
+  std::size_t vocab_size() const { return inner.vocab_size(); }
+  std::size_t context_size() const { return inner.context_size(); }
+  void truncate(std::size_t n) { inner.truncate(n); }
+  Result forward(std::span<const Token> tokens) { return Result(inner.forward(tokens)); }
+};
+static_assert(Model<ByValueModel<Logits>> && Model<ByValueModel<Eigen::MatrixXf>>);
+
+/// A model that declares max_context() but does not keep to it.
+struct UncheckedCapModel {
+  ToyModel inner;
+  std::size_t cap;
+  std::size_t vocab_size() const { return inner.vocab_size(); }
+  std::size_t context_size() const { return inner.context_size(); }
+  std::size_t max_context() const { return cap; }
+  void truncate(std::size_t n) { inner.truncate(n); }
+  const Logits& forward(std::span<const Token> tokens) { return inner.forward(tokens); }
+};
+
+/// Greedy, but one of its three answers is a token id outside the vocabulary.
+struct OutOfRangePolicy {
+  enum class Where { propose, verify, sample } where;
+  void validate() const {}
+  class Session {
+   public:
+    Session(const OutOfRangePolicy& p, std::size_t vocab, std::uint64_t) : where_(p.where), vocab_(static_cast<Token>(vocab)) {}
+    Token propose(std::span<const float> row, std::size_t, std::uint64_t) { return where_ == Where::propose ? vocab_ : argmax(row); }
+    Verdict verify(std::span<const float> row, std::size_t, Token, std::uint64_t) {
+      return where_ == Where::verify ? Verdict{false, vocab_ + 2} : Verdict{false, argmax(row)};
+    }
+    Token sample(std::span<const float> row, std::uint64_t) { return where_ == Where::sample ? Token{-1} : argmax(row); }
+
+   private:
+    Where where_;
+    Token vocab_;
+  };
+};
+static_assert(AcceptancePolicy<OutOfRangePolicy>);
+
+}  // namespace
+
+TEST_CASE("a model whose forward returns its logits by value decodes as one that returns a reference", "[decoder]") {
+  const std::vector<Token> prompt{3, 1, 4};
+  const GenerateOptions options{.max_new_tokens = 20, .draft_length = 3};
+  ToyModel reference_target(target_config()), reference_draft(good_draft_config());
+  const auto expected = SpeculativeDecoder(reference_draft, reference_target).generate(prompt, options).tokens;
+  ByValueModel<Logits> row_major{ToyModel(target_config())};
+  ByValueModel<Eigen::MatrixXf> column_major{ToyModel(good_draft_config())};
+  CHECK(SpeculativeDecoder(column_major, row_major).generate(prompt, options).tokens == expected);
+  CHECK(generate_autoregressive(column_major, Greedy{}, prompt, {.max_new_tokens = 20}).tokens ==
+        generate_autoregressive(reference_draft, Greedy{}, prompt, {.max_new_tokens = 20}).tokens);
+}
+
+TEST_CASE("the decoder holds a model to the max_context it declares, and the policy to the vocabulary",
+          "[decoder][errors]") {
+  const std::vector<Token> prompt{3, 1, 4};
+  UncheckedCapModel target{ToyModel(target_config()), 6};
+  CHECK_THROWS_WITH(generate_autoregressive(target, Greedy{}, prompt, {.max_new_tokens = 10}),
+                    "target holds 6 tokens: 1 more would pass its max_context of 6");
+  ToyModel draft(good_draft_config());
+  CHECK_THROWS_WITH(SpeculativeDecoder(draft, target).generate(prompt, {.max_new_tokens = 10, .draft_length = 4}),
+                    Catch::Contains("more would pass its max_context of 6"));
+
+  ToyModel t(target_config()), d(good_draft_config());
+  using Where = OutOfRangePolicy::Where;
+  CHECK_THROWS_WITH(SpeculativeDecoder(d, t, OutOfRangePolicy{Where::propose}).generate(prompt, {}),
+                    "the acceptance policy's propose() returned token 32, outside the vocabulary of 32 tokens");
+  CHECK_THROWS_WITH(SpeculativeDecoder(d, t, OutOfRangePolicy{Where::verify}).generate(prompt, {}),
+                    "the acceptance policy's verify() returned token 34, outside the vocabulary of 32 tokens");
+  CHECK_THROWS_WITH(SpeculativeDecoder(d, t, OutOfRangePolicy{Where::sample}).generate(prompt, {.draft_length = 0}),
+                    "the acceptance policy's sample() returned token -1, outside the vocabulary of 32 tokens");
+  CHECK_THROWS_WITH(generate_autoregressive(t, OutOfRangePolicy{Where::sample}, prompt, {}),
+                    "the acceptance policy's sample() returned token -1, outside the vocabulary of 32 tokens");
+  CHECK_THROWS_WITH(ToyModel({.vocab = std::size_t{1} << 31}),
+                    "toy model vocabulary of 2147483648 tokens, at most 2147483647 supported");
+}

@@ -136,8 +136,11 @@ TEST_CASE("the decoder drafts no more per round than the draft's budget, and out
 }
 
 TEST_CASE("prompt lookup rejects bad settings and tokens", "[drafts][errors]") {
-  CHECK_THROWS_WITH(PromptLookupDraft(10, 2, 3), "prompt lookup n-gram sizes need 1 <= min <= max, got min 3, max 2");
-  CHECK_THROWS_WITH(PromptLookupDraft(0), "prompt lookup draft needs a vocabulary of at least 1 token, got 0");
+  CHECK_THROWS_WITH(PromptLookupDraft(10, 2, 3), "prompt lookup n-gram sizes need 1 <= min <= max <= 1024, got min 3, max 2");
+  CHECK_THROWS_WITH(PromptLookupDraft(10, 1025), "prompt lookup n-gram sizes need 1 <= min <= max <= 1024, got min 1, max 1025");
+  CHECK_THROWS_WITH(PromptLookupDraft(0), "prompt lookup draft needs a vocabulary of 1 to 2147483647 tokens, got 0");
+  CHECK_THROWS_WITH(PromptLookupDraft(std::size_t{1} << 31),
+                    "prompt lookup draft needs a vocabulary of 1 to 2147483647 tokens, got 2147483648");
   PromptLookupDraft draft(10);
   CHECK_THROWS_WITH(draft.forward(std::vector<Token>{10}), "prompt lookup draft got token 10, outside the vocabulary of 10 tokens");
 }
@@ -209,6 +212,18 @@ TEST_CASE("adaptive draft length drafts at most max_draft_length whatever draft_
   const std::vector<Token> prompt{1, 2, 3, 4};
   const auto out = decoder.generate(prompt, {.max_new_tokens = 8, .draft_length = std::numeric_limits<std::size_t>::max()});
   CHECK(out.tokens == generate_autoregressive(target, Greedy{}, prompt, {.max_new_tokens = 8}).tokens);
+}
+
+TEST_CASE("adaptive draft length refuses a round report whose counts no decoder gives", "[draft_length][errors]") {
+  AdaptiveDraftLength policy;
+  const std::string message = "round report needs accepted <= drafted <= requested <= 256, got accepted ";
+  CHECK_THROWS_WITH(policy.observe({.requested = 2, .drafted = 3}), message + "0, drafted 3, requested 2");
+  CHECK_THROWS_WITH(policy.observe({.requested = 3, .drafted = 1, .accepted = 2}), message + "2, drafted 1, requested 3");
+  CHECK_THROWS_WITH(policy.observe({.requested = std::size_t{1} << 40}), message + "0, drafted 0, requested 1099511627776");
+  // A verify pass wider than any round drafts (a catch-up) is left out of the cost line, not sized for.
+  policy.observe({.requested = 1, .drafted = 1, .accepted = 1, .draft_steps = 1, .draft_seconds = 1e-3,
+                  .verify_width = std::numeric_limits<std::size_t>::max(), .verify_seconds = 1e-3, .round_seconds = 3e-3});
+  CHECK(policy.next({.draft_length = 4}) <= 4);
 }
 
 TEST_CASE("adaptive draft length names a tuning field out of range", "[draft_length][errors]") {

@@ -187,6 +187,18 @@ TEST_CASE("the sampling functions reject bad input with a specdec::Error that na
   CHECK_THROWS_WITH(sample_index(p, -0.25), "sample_index needs u in [0, 1), got -0.25");
   CHECK_THROWS_AS(sample_index(p, std::nan("")), Error);
   CHECK(sample_index(p, 0.0) == 0);
+
+  // A NaN or +inf logit has no distribution; -inf is a token masked out.
+  const std::vector<float> with_nan{0.0f, std::nanf(""), 1.0f}, with_inf{0.0f, 1.0f, INFINITY}, masked{-INFINITY, 2.0f};
+  CHECK_THROWS_WITH(transform_logits(with_nan, {}, out), "transform_logits needs logits that are numbers or -inf, got nan at column 1");
+  CHECK_THROWS_WITH(transform_logits(with_inf, {.temperature = 0.0f}, out),
+                    "transform_logits needs logits that are numbers or -inf, got inf at column 2");
+  transform_logits(masked, {}, out);
+  CHECK(out == std::vector<double>{0.0, 1.0});
+  CHECK_THROWS_WITH(top_probability({}), "top_probability of an empty logits row");
+  CHECK_THROWS_WITH(top_probability(with_nan), Catch::StartsWith("top_probability of a logits row with no distribution"));
+  CHECK(top_probability(masked) == 1.0);
+  CHECK_THROWS_WITH(one_hot_index(row, {.temperature = -1.0f}), "temperature must be a finite number >= 0, got -1");
 }
 
 TEST_CASE("on long sparse rows inverse-cdf sampling and top-p keep what plain scans would, in every block", "[sampling]") {

@@ -99,12 +99,13 @@ class SpeculativeDecoder {
         ++stats.drafted_at[accepted];
         const Verdict verdict = session.verify(row(accepted), accepted, drafts[accepted], n + accepted);
         if (!verdict.accepted) {
-          next = verdict.token;
+          next = detail::checked_token(verdict.token, vocab, "the acceptance policy's verify()");
           break;
         }
         ++stats.accepted_at[accepted];
       }
-      if (accepted == drafts.size()) next = session.sample(row(accepted), n + accepted);
+      if (accepted == drafts.size())
+        next = detail::checked_token(session.sample(row(accepted), n + accepted), vocab, "the acceptance policy's sample()");
       stats.accepted_tokens += accepted;
       report.accepted = accepted;
       report.round_seconds = detail::seconds_since(round_start);
@@ -181,7 +182,8 @@ class SpeculativeDecoder {
         if (i == 0) k = std::min<std::size_t>(k, draft_.model().draft_budget());
         if (i >= k) break;
       }
-      drafts.push_back(session.propose(row, i, n + i));
+      drafts.push_back(detail::checked_token(session.propose(row, i, n + i), draft_.vocab_size(),
+                                             "the acceptance policy's propose()"));
       feed.assign(1, drafts.back());
     }
     report.drafted = drafts.size();
@@ -230,7 +232,8 @@ Generation generate_autoregressive(Target& target, Acceptance acceptance, std::s
       stats.draft_lengths.push_back(0);
       stats.verify_widths.push_back(1);
       stats.verify_seconds.push_back(stats.target_seconds - before);
-      done = emitter.emit(session.sample(std::span<const float>(logits.row(0).data(), vocab), sequence.size()));
+      const Token next = session.sample(std::span<const float>(logits.row(0).data(), vocab), sequence.size());
+      done = emitter.emit(detail::checked_token(next, vocab, "the acceptance policy's sample()"));
     }
   }
   stats.total_seconds = detail::seconds_since(start);

@@ -153,6 +153,11 @@ class AdaptiveDraftLength {
   }
 
   void observe(const RoundReport& report) {
+    // The counts of a report the decoder builds satisfy these (a report built by hand may not): a count beyond
+    // them would size the per-position estimates by it.
+    if (report.requested > max_draft_length || report.drafted > report.requested || report.accepted > report.drafted)
+      detail::fail("round report needs accepted <= drafted <= requested <= ", max_draft_length, ", got accepted ",
+                   report.accepted, ", drafted ", report.drafted, ", requested ", report.requested);
     // A time that is not a finite, non-negative number (a broken clock, a report built by hand) would stay in
     // the moving averages for good: such a round teaches acceptance only.
     const bool timed = [&] {
@@ -175,7 +180,9 @@ class AdaptiveDraftLength {
     if (report.caught_up > 0) {
       update(catch_up_per_token_, report.catch_up_seconds / static_cast<double>(report.caught_up), catch_up_samples_);
     }
-    if (report.verify_width > 0) observe_verify(static_cast<double>(report.verify_width), report.verify_seconds);
+    // A pass wider than any round drafts (the target catching up on tokens) says nothing about the widths used.
+    if (report.verify_width > 0 && report.verify_width <= max_draft_length + 1)
+      observe_verify(static_cast<double>(report.verify_width), report.verify_seconds);
     // Time outside the model calls (draft bookkeeping, acceptance, sampling transforms), per kind of round.
     if (report.round_seconds > 0.0) {
       const double outside = std::max(0.0, report.round_seconds - report.draft_seconds - report.verify_seconds);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <cstddef>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <span>
@@ -88,13 +89,32 @@ inline bool is_flat(std::span<const float> row) {
 }
 
 /// Probability of the most probable token under softmax(row) (temperature 1): 1 / sum_i exp(l_i - l_max).
+/// Throws specdec::Error for an empty row, and for one without a distribution (a NaN or +inf logit, or every
+/// logit -inf).
 inline double top_probability(std::span<const float> row) {
+  if (row.empty()) detail::fail("top_probability of an empty logits row");
   const Eigen::Map<const Eigen::ArrayXf> values(row.data(), static_cast<Eigen::Index>(row.size()));
-  return 1.0 / static_cast<double>((values - values.maxCoeff()).exp().sum());
+  const double p = 1.0 / static_cast<double>((values - values.maxCoeff()).exp().sum());
+  if (!(p > 0.0 && p <= 1.0)) detail::fail("top_probability of a logits row with no distribution (a NaN or +inf, or all -inf)");
+  return p;
 }
 SPECDEC_AVX512_WARNINGS_ON
 
 namespace detail {
+
+/// The first index holding a NaN or +inf, if any. One vectorised pass over the bits decides (2 us a row of 49k);
+/// only a bad row is searched again.
+inline std::optional<std::size_t> first_nan_or_plus_inf(std::span<const float> row) {
+  const auto bad = [](float v) {
+    std::uint32_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    return bits == 0x7f800000u || (bits & 0x7fffffffu) > 0x7f800000u;  // +inf, or NaN of either sign
+  };
+  std::uint32_t any = 0;
+  for (const float v : row) any |= static_cast<std::uint32_t>(bad(v));
+  if (any == 0) return std::nullopt;
+  return static_cast<std::size_t>(std::find_if(row.begin(), row.end(), bad) - row.begin());
+}
 
 /// Sum of v[0..n) in double over 8 interleaved partial sums and a fixed tree: vectorisable (a single running
 /// sum is latency-bound) and the same result on every call.
@@ -160,7 +180,9 @@ inline double keep_top_p(std::vector<double>& probs, std::vector<std::uint32_t>&
 /// else nullopt: the argmax at temperature 0, and with top_p < 1 a row with one clear winner (a prompt-lookup
 /// draft's: 0 for its proposal, -1e30 elsewhere), whose every other weight e^((l - max)/T) is below e^-100, so
 /// that the winner alone reaches top_p. A policy that learns this keeps no dense copy of the row's distribution.
+/// Throws specdec::Error for parameters that validate() rejects and for an empty row.
 inline std::optional<std::size_t> one_hot_index(std::span<const float> row, const SamplingParams& params) {
+  validate(params);
   if (params.temperature != 0.0f && !(params.top_p < 1.0f)) return std::nullopt;
   const auto top = static_cast<std::size_t>(argmax(row));
   if (params.temperature == 0.0f) return top;
@@ -234,10 +256,12 @@ inline void transform_dense(std::span<const float> row, const SamplingParams& pa
 ///   keep the smallest set of most probable tokens whose mass reaches top_p;  renormalise.
 /// With T == 0 the result is one-hot on argmax(row). `out` is resized to row.size(); entries sum to 1.
 /// Exponentials are taken in float (vectorised), sums in double. Throws specdec::Error for parameters that
-/// validate() rejects and for an empty row.
+/// validate() rejects, for an empty row and for a NaN or +inf logit (-inf is a token masked out).
 inline void transform_logits(std::span<const float> row, const SamplingParams& params, std::vector<double>& out) {
   validate(params);
   if (row.empty()) detail::fail("transform_logits of an empty logits row");
+  if (const auto bad = detail::first_nan_or_plus_inf(row))
+    detail::fail("transform_logits needs logits that are numbers or -inf, got ", row[*bad], " at column ", *bad);
   // A one-hot result takes two passes over the row instead of five (110 -> 20 us per row of 49k).
   if (const auto one = one_hot_index(row, params)) {
     out.assign(row.size(), 0.0);

@@ -33,6 +33,8 @@ class ToyModel {
   explicit ToyModel(ToyModelConfig config) : config_(config) {
     if (config.vocab == 0 || config.window == 0)
       detail::fail("toy model needs vocab and window > 0, got ", config.vocab, " and ", config.window);
+    if (config.vocab >= max_vocab_size)
+      detail::fail("toy model vocabulary of ", config.vocab, " tokens, at most ", max_vocab_size - 1, " supported");
   }
 
   std::size_t vocab_size() const { return config_.vocab; }

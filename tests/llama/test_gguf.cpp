@@ -396,6 +396,20 @@ TEST_CASE("every metadata value type and array type reads back as written", "[gg
   CHECK(f.tensors().empty());
 }
 
+TEST_CASE("a row past a tensor's rows is an error, not a read out of bounds", "[gguf]") {
+  GgufWriter w;
+  w.add_tensor_quantized("t", {32, 3}, TensorType::Q8_0, ramp(96));
+  const File f = parse(w.finish());
+  const TensorInfo& t = f.tensors().at(0);
+  std::vector<float> row(32);
+  CHECK_NOTHROW(t.dequantize_row(2, row.data()));
+  CHECK_THROWS_WITH(t.row_data(3), "tensor 't' has 3 rows of 34 bytes in 102 bytes of data, asked for row 3");
+  CHECK_THROWS_WITH(t.dequantize_row(~std::uint64_t{0}, row.data()), Catch::Contains("asked for row 18446744073709551615"));
+  TensorInfo short_data = t;  // a tensor built by hand, its data shorter than its dims say
+  short_data.data = short_data.data.first(40);
+  CHECK_THROWS_WITH(short_data.row_data(1), "tensor 't' has 3 rows of 34 bytes in 40 bytes of data, asked for row 1");
+}
+
 TEST_CASE("tensors of every writable type read back at the requested alignment", "[gguf]") {
   const std::uint32_t version = GENERATE(2u, 3u);
   const std::uint32_t alignment = GENERATE(32u, 64u);

@@ -636,6 +636,34 @@ TEST_CASE("bad hyperparameters are rejected with the file and the key named, bef
   REQUIRE_THROWS_WITH(with({{"llama.vocab_size", 0}}), Catch::Contains("llama.vocab_size (or the token count) is 0"));
 }
 
+TEST_CASE("non-finite norm epsilon or rope base, and tensors whose bytes do not match their type, are rejected",
+          "[llama]") {
+  const auto file = specdec::gguf::File::from_bytes(tiny_llama(), "tiny.gguf");
+  for (float bad : {INFINITY, std::nanf(""), 0.0f}) {
+    LlamaConfig c = LlamaConfig::from_gguf(file);
+    c.rms_eps = bad;
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("must be positive and finite"));
+    c = LlamaConfig::from_gguf(file);
+    c.rope_base = bad;
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("must be positive and finite"));
+  }
+  // A caller's tensor lookup whose data is short, or labelled with another type than its bytes have.
+  const LlamaConfig config = LlamaConfig::from_gguf(file);
+  for (const bool relabel : {false, true}) {
+    specdec::gguf::TensorInfo wrong = file.tensor("blk.1.attn_q.weight");
+    const std::size_t bytes = wrong.data.size();
+    if (relabel)
+      wrong.type = wrong.type == TT::Q8_0 ? TT::Q4_0 : TT::Q8_0;
+    else
+      wrong.data = wrong.data.first(bytes / 2);
+    const auto lookup = [&](std::string_view name) {
+      return name == "blk.1.attn_q.weight" ? &wrong : file.find_tensor(name);
+    };
+    CHECK_THROWS_WITH(LlamaWeights::load(config, lookup, WeightFormat::quantized),
+                      Catch::StartsWith("tensor blk.1.attn_q.weight of type ") && Catch::Contains(" bytes of data, expected "));
+  }
+}
+
 TEST_CASE("llama.vocab_size must match the tokenizer's token count", "[llama]") {
   GgufWriter w;
   w.add_string("general.architecture", "llama");

@@ -308,6 +308,11 @@ TEST_CASE("tokenizer errors name the bad value and what was expected", "[tokeniz
   REQUIRE_THROWS_WITH(Tokenizer(v), Catch::Contains("token_type of token 1 is -1"));
 
   CHECK(Tokenizer::from_gguf(TinyGguf{}.build()).encode("ab") == std::vector<Token>{2});
+  // The pre-tokenizer keeps 32-bit offsets: a text of 2 GiB is refused before a byte of it is read (the view
+  // points at 3 real bytes, its length says 2 GiB).
+  const std::string three = "abc";
+  REQUIRE_THROWS_WITH(Tokenizer::from_gguf(TinyGguf{}.build()).encode(std::string_view(three.data(), std::size_t{1} << 31)),
+                      "tokenizer input of 2147483648 bytes, at most 2147483647 supported");
   REQUIRE_THROWS_WITH(Tokenizer::from_gguf(TinyGguf{.pre = ""}.build()),
                       Catch::Contains("tiny.gguf: no tokenizer.ggml.pre key, expected \"smollm\""));
   REQUIRE_THROWS_WITH(Tokenizer::from_gguf(TinyGguf{.model = "llama"}.build()),

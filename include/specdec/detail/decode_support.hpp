@@ -9,6 +9,8 @@
 #include <cstring>
 #include <limits>
 #include <span>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "specdec/error.hpp"
@@ -34,6 +36,14 @@ inline void check_request(std::span<const Token> prompt, const GenerateOptions& 
       fail("stop token ", t, " is outside the vocabulary of ", vocab, " tokens");
   if (!(options.draft_p_min >= 0.0f && options.draft_p_min <= 1.0f))
     fail("draft_p_min must be in [0, 1], got ", exact(options.draft_p_min));
+}
+
+/// Throws unless `token`, which `source` gave (an acceptance policy's proposal or choice), is inside the
+/// vocabulary: the models would otherwise be fed an id that none of them can hold, and blamed for it.
+inline Token checked_token(Token token, std::size_t vocab, const char* source) {
+  if (token < 0 || static_cast<std::size_t>(token) >= vocab)
+    fail(source, " returned token ", token, ", outside the vocabulary of ", vocab, " tokens");
+  return token;
 }
 
 /// Throws when the prompt alone is longer than the target's max_context (HasMaxContext), naming both, before
@@ -71,6 +81,7 @@ class TrackedModel {
   /// skips the output head, or else through forward().
   void append(std::span<const Token> tokens, double& seconds, std::size_t& calls) {
     if constexpr (requires { model_.append(tokens); }) {
+      check_fits(tokens.size());
       const auto start = Clock::now();
       model_.append(tokens);
       seconds += seconds_since(start);
@@ -84,8 +95,9 @@ class TrackedModel {
 
   /// One checked, timed forward call: logits must be [tokens.size(), vocab] and finite.
   const Logits& forward(std::span<const Token> tokens, double& seconds, std::size_t& calls) {
+    check_fits(tokens.size());
     const auto start = Clock::now();
-    const Logits& logits = model_.forward(tokens);
+    const Logits& logits = held(model_.forward(tokens));
     seconds += seconds_since(start);
     ++calls;
     fed_.insert(fed_.end(), tokens.begin(), tokens.end());
@@ -103,6 +115,31 @@ class TrackedModel {
   }
 
  private:
+  /// The logits a forward call returned, as a reference that stays valid until the next call: the model's own
+  /// Logits where it returns a reference to them (the shipped models do), else a copy kept here. The Model
+  /// concept allows anything that converts to const Logits& (a Logits by value, a column-major matrix), and a
+  /// reference bound to such a temporary would dangle as soon as this call returned.
+  template <class Result>
+  const Logits& held(Result&& result) {
+    if constexpr (std::is_lvalue_reference_v<Result&&> && std::is_same_v<std::remove_cvref_t<Result>, Logits>) {
+      return result;
+    } else {
+      held_ = std::forward<Result>(result);
+      return held_;
+    }
+  }
+
+  /// Throws before a call that would take a model past the max_context() it declares (HasMaxContext): the
+  /// decoder plans its rounds within it, so only a model whose own checks are missing or wrong could get there.
+  void check_fits(std::size_t tokens) const {
+    if constexpr (HasMaxContext<M>) {
+      const auto held_tokens = static_cast<std::size_t>(model_.context_size());
+      const auto limit = static_cast<std::size_t>(model_.max_context());
+      if (held_tokens > limit || tokens > limit - held_tokens)
+        fail(role_, " holds ", held_tokens, " tokens: ", tokens, " more would pass its max_context of ", limit);
+    }
+  }
+
   void note_revision() {
     if constexpr (HasRevision<M>) revision_ = static_cast<std::uint64_t>(model_.revision());
   }
@@ -128,6 +165,7 @@ class TrackedModel {
   const char* role_;
   std::vector<Token> fed_;  // the tokens the model holds, as far as the decoder knows
   std::uint64_t revision_ = 0;  // the model's revision() after the last call made here (HasRevision models)
+  Logits held_;  // the last forward's logits, where the model returned them by value (see held())
 };
 
 /// Appends final tokens to the output, fires on_token and applies the stop rules.

@@ -38,14 +38,19 @@ class PromptLookupDraft {
   /// Default round budgets by match length: 2, 2, 3 and 4 tokens after a match of 1, 2, 3 and 4 tokens.
   static constexpr std::array<std::size_t, 4> kDefaultBudget = {2, 2, 3, 4};
   static constexpr std::size_t kDefaultMaxNgram = 16;
+  /// The longest n-gram a draft may match: each step compares up to max_ngram tokens at every earlier position.
+  static constexpr std::size_t kMaxNgram = 1024;
 
-  /// requires: vocab > 0, 1 <= min_ngram <= max_ngram. `budget`: see draft_budget(); empty = no cap.
+  /// Throws specdec::Error unless 0 < vocab < max_vocab_size and 1 <= min_ngram <= max_ngram <= kMaxNgram.
+  /// `budget`: see draft_budget(); empty = no cap.
   explicit PromptLookupDraft(std::size_t vocab, std::size_t max_ngram = kDefaultMaxNgram, std::size_t min_ngram = 1,
                              std::vector<std::size_t> budget = {kDefaultBudget.begin(), kDefaultBudget.end()})
       : vocab_(vocab), max_ngram_(max_ngram), min_ngram_(min_ngram), budget_(std::move(budget)) {
-    if (vocab == 0) detail::fail("prompt lookup draft needs a vocabulary of at least 1 token, got 0");
-    if (min_ngram == 0 || min_ngram > max_ngram)
-      detail::fail("prompt lookup n-gram sizes need 1 <= min <= max, got min ", min_ngram, ", max ", max_ngram);
+    if (vocab == 0 || vocab >= max_vocab_size)
+      detail::fail("prompt lookup draft needs a vocabulary of 1 to ", max_vocab_size - 1, " tokens, got ", vocab);
+    if (min_ngram == 0 || min_ngram > max_ngram || max_ngram > kMaxNgram)
+      detail::fail("prompt lookup n-gram sizes need 1 <= min <= max <= ", kMaxNgram, ", got min ", min_ngram, ", max ",
+                   max_ngram);
   }
 
   std::size_t vocab_size() const { return vocab_; }

@@ -68,12 +68,14 @@ struct TensorInfo {
   std::uint64_t rows() const { return elements() / row_length(); }
   /// Bytes of one row: dims[0] / block_size * type_size.
   std::size_t row_bytes() const { return std::size_t(dims[0] / block_size(type) * type_size(type)); }
-  /// The bytes of row r. requires: r < rows().
+  /// The bytes of row r. Throws specdec::Error unless r < rows() and the row lies inside `data`.
   std::span<const std::byte> row_data(std::uint64_t r) const {
-    SPECDEC_ASSERT(r < rows());
+    if (r >= rows() || (r + 1) * row_bytes() > data.size())
+      specdec::detail::fail("tensor '", name, "' has ", rows(), " rows of ", row_bytes(), " bytes in ", data.size(),
+                            " bytes of data, asked for row ", r);
     return data.subspan(std::size_t(r) * row_bytes(), row_bytes());
   }
-  /// Dequantises row r into dst[0 .. row_length()). requires: r < rows().
+  /// Dequantises row r into dst[0 .. row_length()). Throws as row_data(r) does.
   void dequantize_row(std::uint64_t r, float* dst) const {
     gguf::dequantize_row(type, row_data(r).data(), dst, std::size_t(row_length()));
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "specdec/error.hpp"
 #include "specdec/llama/gguf.hpp"
 #include "specdec/llama/packed_matrix.hpp"
+#include "specdec/tensor.hpp"
 
 namespace specdec::llama {
 
@@ -78,7 +80,7 @@ struct LlamaConfig {
   /// above any llama model, and small enough that no size computed from them overflows.
   static constexpr std::size_t max_size = std::size_t{1} << 24;
   static constexpr std::size_t max_layers = 4096;
-  static constexpr std::size_t max_vocab = std::size_t{1} << 31;  // token ids are int32
+  static constexpr std::size_t max_vocab = specdec::max_vocab_size;  // token ids are int32
 
   /// Throws specdec::Error naming the first inconsistent hyperparameter (by its GGUF key).
   void validate() const {
@@ -105,9 +107,9 @@ struct LlamaConfig {
     if (rope_dims == 0 || rope_dims % 2 != 0 || rope_dims > head_dim)
       specdec::detail::fail("llama config: llama.rope.dimension_count ", rope_dims,
                             " must be even, positive and at most the head width ", head_dim);
-    if (!(rms_eps > 0.0f) || !(rope_base > 0.0f))
+    if (!(rms_eps > 0.0f && rms_eps < INFINITY) || !(rope_base > 0.0f && rope_base < INFINITY))
       specdec::detail::fail("llama config: llama.attention.layer_norm_rms_epsilon ", rms_eps,
-                            " and llama.rope.freq_base ", rope_base, " must be positive");
+                            " and llama.rope.freq_base ", rope_base, " must be positive and finite");
   }
 };
 
@@ -207,6 +209,13 @@ class LlamaWeights {
     if (!t) specdec::detail::fail("missing tensor ", name, ", expected dims ", dims_text(dims));
     if (t->dims != dims)
       specdec::detail::fail("tensor ", name, " has dims ", dims_text(t->dims), ", expected ", dims_text(dims));
+    // A File has checked its tensors' bytes; a lookup that builds them (a test's, a caller's) may be wrong.
+    // The dims are the config's (LlamaConfig::validate: widths up to 2^24, vocab below 2^31): no overflow below.
+    const std::uint64_t block = gguf::block_size(t->type);
+    const std::uint64_t bytes = t->rows() * (dims[0] / block) * gguf::type_size(t->type);
+    if (dims[0] % block != 0 || t->data.size() != bytes)
+      specdec::detail::fail("tensor ", name, " of type ", gguf::type_name(t->type), " and dims ", dims_text(dims), " has ",
+                            t->data.size(), " bytes of data, expected ", bytes, dims[0] % block ? " and whole blocks" : "");
     return *t;
   }
 

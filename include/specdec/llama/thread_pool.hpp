@@ -25,6 +25,7 @@
 #include <exception>
 #include <memory>
 #include <span>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -183,17 +184,18 @@ class ThreadPool {
     if (threads > active_mask) specdec::detail::fail("thread pool supports at most ", active_mask, " threads, got ", threads);
     if (recheck.count() < 1) specdec::detail::fail("thread pool recheck must be at least 1 ms, got ", recheck.count(), " ms");
     workers_.reserve(threads - 1);
-    for (std::size_t i = 1; i < threads; ++i) workers_.emplace_back([this, i] { work(i); });
+    try {
+      for (std::size_t i = 1; i < threads; ++i) workers_.emplace_back([this, i] { work(i); });
+    } catch (const std::system_error& e) {  // the system's thread limit: the threads started so far are joined
+      stop_workers();
+      specdec::detail::fail("thread pool could start only ", workers_.size() + 1, " of ", threads, " threads: ", e.what());
+    }
   }
 
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
-  ~ThreadPool() {
-    stop_.store(true, std::memory_order_release);
-    job_.generation.advance();
-    for (auto& worker : workers_) worker.join();
-  }
+  ~ThreadPool() { stop_workers(); }
 
   /// Threads that may run tasks, the caller included; slots passed to tasks are below this.
   std::size_t threads() const { return count_; }
@@ -246,6 +248,12 @@ class ThreadPool {
   }
 
  private:
+  void stop_workers() {
+    stop_.store(true, std::memory_order_release);
+    job_.generation.advance();
+    for (auto& worker : workers_) worker.join();
+  }
+
   // Job::ticket = generation << generation_shift | closed_bit (no more joins) | workers that joined the job so
   // far << joined_shift | workers still in it. A worker's place in the join order (1, 2, ...) names the task it
   // runs first: task 0 is the caller's, tasks 1..assigned-1 go to the first workers to join, without a shared

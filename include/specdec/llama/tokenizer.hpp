@@ -117,6 +117,9 @@ class Tokenizer {
 
   /// Number of tokens in the vocabulary.
   std::size_t size() const { return tokens_.size(); }
+  /// encode() takes texts shorter than this: 2 GiB.
+  static constexpr std::size_t max_text_bytes = std::size_t{1} << 31;
+
   /// Beginning-of-sequence token (-1 if the vocabulary has none). encode() never adds it.
   Token bos() const { return bos_; }
   /// End-of-sequence token (-1 if the vocabulary has none).
@@ -153,7 +156,10 @@ class Tokenizer {
   /// token; without it, it is tokenized as plain text. User-defined tokens are always matched. No BOS is
   /// prepended.
   /// Example: encode(" 2024") -> the tokens for " ", "2", "0", "2", "4".
+  /// Throws specdec::Error for a text of max_text_bytes or more (the pre-tokenizer keeps 32-bit offsets).
   std::vector<Token> encode(std::string_view text, bool parse_special = true) const {
+    if (text.size() >= max_text_bytes)
+      specdec::detail::fail("tokenizer input of ", text.size(), " bytes, at most ", max_text_bytes - 1, " supported");
     std::vector<Token> out;
     out.reserve(text.size() / 3 + 4);
     std::vector<std::string_view> words;
