@@ -57,9 +57,18 @@ constexpr const char* kUsage = R"(usage: specdec-generate [options]
 /// Whether the text streamed to stdout has a line open: an error reported meanwhile starts a new line first.
 bool stdout_line_open = false;
 
-/// Throws where writing to stdout failed (a full disk, a closed stream): the output would be lost unsaid.
+/// Throws where writing to stdout failed (a full disk, a closed descriptor): the output would be lost unsaid.
+/// (A pipe whose reader has gone ends the program by SIGPIPE first, as it ends other tools.)
 void check_stdout() {
   if (!(std::cout << std::flush)) throw specdec::Error("cannot write to standard output");
+}
+
+/// Streams `text` to stdout, keeping stdout_line_open; throws as check_stdout where the write fails, so that a
+/// generation whose text is lost stops at once.
+void stream_out(std::string_view text) {
+  std::cout << text;
+  check_stdout();
+  if (!text.empty()) stdout_line_open = text.back() != '\n';
 }
 
 /// A bad command line: reported on one line, exit code 2.
@@ -198,12 +207,12 @@ struct TextSink {
   void push(Token t) {
     const std::string piece = decoder.push(t);
     text += piece;
-    if (stream) std::cout << piece << std::flush;
+    if (stream) stream_out(piece);
   }
   void finish() {
     const std::string rest = decoder.flush();
     text += rest;
-    if (stream) std::cout << rest << std::flush;
+    if (stream) stream_out(rest);
   }
 };
 
@@ -328,8 +337,7 @@ int run_main(int argc, char** argv) {
                  "context of %zu positions; text beyond it may lose coherence\n",
                  prompt.size(), args.max_tokens, trained);
   const bool stream = !args.json;
-  if (stream) std::cout << prompt_text << std::flush;
-  stdout_line_open = stream;
+  if (stream) stream_out(prompt_text);
 
   Run main_run;
   const char* label = "speculative";
@@ -352,9 +360,7 @@ int run_main(int argc, char** argv) {
       main_run = run_speculative(*draft_model, target, args, prompt, options, tokenizer, stream);
       break;
   }
-  if (stream) std::cout << "\n" << std::flush;  // before the summary on stderr, which shares the terminal
-  stdout_line_open = false;
-  check_stdout();
+  if (stream) stream_out("\n");  // before the summary on stderr, which shares the terminal
 
   std::optional<Run> plain;
   if (args.compare) plain = run_plain(target, args, prompt, options, tokenizer, false);

@@ -198,6 +198,10 @@ TEST_CASE("the sampling functions reject bad input with a specdec::Error that na
   CHECK_THROWS_WITH(top_probability({}), "top_probability of an empty logits row");
   CHECK_THROWS_WITH(top_probability(with_nan), Catch::StartsWith("top_probability of a logits row with no distribution"));
   CHECK(top_probability(masked) == 1.0);
+  const std::vector<float> all_masked{-INFINITY, -INFINITY};
+  CHECK_THROWS_WITH(transform_logits(all_masked, {}, out), "transform_logits of a row with no finite logit: every token masked out");
+  CHECK_THROWS_WITH(top_probability(with_inf), Catch::StartsWith("top_probability of a logits row with no distribution"));
+  CHECK_THROWS_WITH(top_probability(all_masked), Catch::StartsWith("top_probability of a logits row with no distribution"));
   CHECK_THROWS_WITH(one_hot_index(row, {.temperature = -1.0f}), "temperature must be a finite number >= 0, got -1");
 }
 

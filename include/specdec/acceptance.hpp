@@ -87,7 +87,7 @@ struct RejectionSampling {
     }
 
     Verdict verify(std::span<const float> row, std::size_t slot, Token drafted, std::uint64_t position) {
-      transform_logits(row, params_, p_);
+      detail::transform_row(row, params_, p_);
       const std::size_t one = one_hot_.at(slot);
       const auto x = static_cast<std::size_t>(drafted);
       const double q_x = one == dense ? q_[slot][x] : (x == one ? 1.0 : 0.0);
@@ -108,12 +108,12 @@ struct RejectionSampling {
         p_[one] = std::max(0.0, p_[one] - 1.0);
         for (std::size_t i = 0; i < p_.size(); ++i) positive += p_[i] > 0.0;
       }
-      if (positive == 0) transform_logits(row, params_, p_);  // p == q up to rounding: the residual is p itself
+      if (positive == 0) detail::transform_row(row, params_, p_);  // p == q up to rounding: the residual is p itself
       return {false, sample_index(p_, rng_.uniform(position, RandomStream::target))};
     }
 
     Token sample(std::span<const float> row, std::uint64_t position) {
-      transform_logits(row, params_, p_);
+      detail::transform_row(row, params_, p_);
       return sample_index(p_, rng_.uniform(position, RandomStream::target));
     }
 

@@ -45,8 +45,10 @@ class SpeculativeDecoder {
 
   /// Generates up to options.max_new_tokens tokens after `prompt`. The result equals what fresh, empty models
   /// would give; a prompt prefix the models already hold from an earlier call is reused, not recomputed.
-  /// Throws specdec::Error for an empty prompt, a token outside the vocabulary, or a prompt longer than the
-  /// target's max_context (HasMaxContext). returns: the new tokens, statistics, stop reason.
+  /// Throws specdec::Error for an empty prompt, a token outside the vocabulary, a prompt longer than the
+  /// target's max_context (HasMaxContext), a call that would take a model past it (the prompt and
+  /// max_new_tokens more than it holds), a model's malformed logits and a policy's token outside the
+  /// vocabulary. returns: the new tokens, statistics, stop reason.
   Generation generate(std::span<const Token> prompt, const GenerateOptions& options) {
     const auto start = detail::Clock::now();
     const std::size_t vocab = target_.vocab_size();

@@ -63,7 +63,7 @@ struct FixedDraftLength {
 /// only in a generation's first round. begin_generation() (called by the decoder per generate()) restarts the
 /// learning counts and, at k = 0, probes at once. k never exceeds GenerateOptions::draft_length, nor
 /// max_draft_length (each round weighs every k up to the limit). next() throws specdec::Error naming a tuning
-/// field that is out of range (see validate()).
+/// field that is out of range (see validate()), observe() for a round report whose counts no decoder gives.
 class AdaptiveDraftLength {
  public:
   // Defaults tuned by replaying the benchmark's greedy prompt-lookup tasks against two measured cost tables
@@ -153,11 +153,7 @@ class AdaptiveDraftLength {
   }
 
   void observe(const RoundReport& report) {
-    // The counts of a report the decoder builds satisfy these (a report built by hand may not): a count beyond
-    // them would size the per-position estimates by it.
-    if (report.requested > max_draft_length || report.drafted > report.requested || report.accepted > report.drafted)
-      detail::fail("round report needs accepted <= drafted <= requested <= ", max_draft_length, ", got accepted ",
-                   report.accepted, ", drafted ", report.drafted, ", requested ", report.requested);
+    check_counts(report);
     // A time that is not a finite, non-negative number (a broken clock, a report built by hand) would stay in
     // the moving averages for good: such a round teaches acceptance only.
     const bool timed = [&] {
@@ -194,6 +190,7 @@ class AdaptiveDraftLength {
 
   /// What a round tells about the draft alone: how far it went, and how much of it the target accepted.
   void observe_acceptance(const RoundReport& report) {
+    check_counts(report);
     // The draft's own limit L (a flat row, draft_p_min, its budget): it proposed `drafted` tokens, and when
     // that is below the request, L = drafted; otherwise L >= requested (censored). P(L > j) is learned for the
     // j the round could see.
@@ -265,6 +262,14 @@ class AdaptiveDraftLength {
   std::size_t current() const { return current_; }
 
  private:
+  /// Throws unless accepted <= drafted <= requested <= max_draft_length, as in every report the decoder builds
+  /// (one built by hand may not be): a larger count would size the per-position estimates by it.
+  static void check_counts(const RoundReport& report) {
+    if (report.requested > max_draft_length || report.drafted > report.requested || report.accepted > report.drafted)
+      detail::fail("round report needs accepted <= drafted <= requested <= ", max_draft_length, ", got accepted ",
+                   report.accepted, ", drafted ", report.drafted, ", requested ", report.requested);
+  }
+
   // The estimates that mostly plain rounds refresh (a pass over one position, which a drafting round verifies
   // only when its draft proposes nothing; the time outside the model calls of a round without drafting) count at
   // most what their drafting counterparts do (a pass over two positions; a drafting round's time outside, whose

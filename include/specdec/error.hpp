@@ -21,8 +21,9 @@ struct Error : std::runtime_error {
 
 namespace detail {
 
-/// `text` with its control bytes (0x00-0x1f and 0x7f) written as escapes (\n, \t, \r, \xNN), so that a message
-/// quoting a file's strings or a command line's arguments stays on one line and sends nothing to a terminal.
+/// `text` with its ASCII control bytes (0x00-0x1f and 0x7f) written as escapes (\n, \t, \r, \xNN), so that a
+/// message quoting a file's strings or a command line's arguments stays on one line and carries no ASCII escape
+/// sequence to a terminal. Other bytes pass as they are.
 inline std::string escape_controls(std::string_view text) {
   std::string out;
   out.reserve(text.size());

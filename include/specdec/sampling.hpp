@@ -202,6 +202,7 @@ inline void transform_dense(std::span<const float> row, const SamplingParams& pa
   out.assign(n, 0.0);
   const Eigen::Map<const Eigen::ArrayXf> logits(row.data(), static_cast<Eigen::Index>(n));
   const float max = logits.maxCoeff();
+  if (!(max > -INFINITY)) fail("transform_logits of a row with no finite logit: every token masked out");
   thread_local Eigen::ArrayXf weights;  // [vocab], reused: no allocation per row
   const float inverse_t = 1.0f / params.temperature;
   weights = ((logits - max) * inverse_t).exp();  // Eigen's vectorised exp
@@ -251,24 +252,35 @@ inline void transform_dense(std::span<const float> row, const SamplingParams& pa
 
 }  // namespace detail
 
-/// The transformed distribution of a logits row:
-///   z = l / T;  keep z_i >= (k-th largest z) when top_k > 0;  p = softmax(z) over the kept tokens;
-///   keep the smallest set of most probable tokens whose mass reaches top_p;  renormalise.
-/// With T == 0 the result is one-hot on argmax(row). `out` is resized to row.size(); entries sum to 1.
-/// Exponentials are taken in float (vectorised), sums in double. Throws specdec::Error for parameters that
-/// validate() rejects, for an empty row and for a NaN or +inf logit (-inf is a token masked out).
-inline void transform_logits(std::span<const float> row, const SamplingParams& params, std::vector<double>& out) {
-  validate(params);
-  if (row.empty()) detail::fail("transform_logits of an empty logits row");
-  if (const auto bad = detail::first_nan_or_plus_inf(row))
-    detail::fail("transform_logits needs logits that are numbers or -inf, got ", row[*bad], " at column ", *bad);
+namespace detail {
+
+/// transform_logits without its checks of the row's values, for the acceptance policies: their rows come from
+/// the decoder, which has checked every logit to be finite, and their parameters were validated once.
+inline void transform_row(std::span<const float> row, const SamplingParams& params, std::vector<double>& out) {
+  if (row.empty()) fail("transform_logits of an empty logits row");
   // A one-hot result takes two passes over the row instead of five (110 -> 20 us per row of 49k).
   if (const auto one = one_hot_index(row, params)) {
     out.assign(row.size(), 0.0);
     out[*one] = 1.0;
     return;
   }
-  detail::transform_dense(row, params, out);
+  transform_dense(row, params, out);
+}
+
+}  // namespace detail
+
+/// The transformed distribution of a logits row:
+///   z = l / T;  keep z_i >= (k-th largest z) when top_k > 0;  p = softmax(z) over the kept tokens;
+///   keep the smallest set of most probable tokens whose mass reaches top_p;  renormalise.
+/// With T == 0 the result is one-hot on argmax(row). `out` is resized to row.size(); entries sum to 1.
+/// Exponentials are taken in float (vectorised), sums in double. Throws specdec::Error for parameters that
+/// validate() rejects, for an empty row, for a NaN or +inf logit (-inf is a token masked out) and, with
+/// T > 0, for a row of -inf alone.
+inline void transform_logits(std::span<const float> row, const SamplingParams& params, std::vector<double>& out) {
+  validate(params);
+  if (const auto bad = detail::first_nan_or_plus_inf(row))
+    detail::fail("transform_logits needs logits that are numbers or -inf, got ", row[*bad], " at column ", *bad);
+  detail::transform_row(row, params, out);
 }
 
 /// Inverse-CDF sampling: the first index whose cumulative probability exceeds u * sum(probs).

@@ -649,6 +649,12 @@ TEST_CASE("non-finite norm epsilon or rope base, and tensors whose bytes do not 
   }
   // A caller's tensor lookup whose data is short, or labelled with another type than its bytes have.
   const LlamaConfig config = LlamaConfig::from_gguf(file);
+  specdec::gguf::TensorInfo unknown = file.tensor("blk.1.attn_k.weight");
+  unknown.type = static_cast<TT>(77);
+  CHECK_THROWS_WITH(LlamaWeights::load(config, [&](std::string_view name) {
+                      return name == "blk.1.attn_k.weight" ? &unknown : file.find_tensor(name);
+                    }, WeightFormat::f32), "tensor blk.1.attn_k.weight has unknown type 77");
+  CHECK_THROWS_WITH(unknown.row_data(0), "tensor 'blk.1.attn_k.weight' of type 77 has no whole blocks in a row");
   for (const bool relabel : {false, true}) {
     specdec::gguf::TensorInfo wrong = file.tensor("blk.1.attn_q.weight");
     const std::size_t bytes = wrong.data.size();

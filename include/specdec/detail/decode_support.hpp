@@ -129,8 +129,9 @@ class TrackedModel {
     }
   }
 
-  /// Throws before a call that would take a model past the max_context() it declares (HasMaxContext): the
-  /// decoder plans its rounds within it, so only a model whose own checks are missing or wrong could get there.
+  /// Throws before a call that would take a model past the max_context() it declares (HasMaxContext), where a
+  /// model would throw its own error (a request for more tokens than its context holds), or, where its own
+  /// checks are missing or wrong, compute past its cache. The decoder's rounds stay within it otherwise.
   void check_fits(std::size_t tokens) const {
     if constexpr (HasMaxContext<M>) {
       const auto held_tokens = static_cast<std::size_t>(model_.context_size());

@@ -68,9 +68,13 @@ struct TensorInfo {
   std::uint64_t rows() const { return elements() / row_length(); }
   /// Bytes of one row: dims[0] / block_size * type_size.
   std::size_t row_bytes() const { return std::size_t(dims[0] / block_size(type) * type_size(type)); }
-  /// The bytes of row r. Throws specdec::Error unless r < rows() and the row lies inside `data`.
+  /// The bytes of row r. Throws specdec::Error unless r < rows() and the row lies inside `data` (a File's
+  /// tensors always do; one built by hand may not, or may have no whole blocks in a row).
   std::span<const std::byte> row_data(std::uint64_t r) const {
-    if (r >= rows() || (r + 1) * row_bytes() > data.size())
+    const std::size_t block = dims.empty() ? 0 : block_size(type);
+    if (block == 0 || dims[0] == 0 || dims[0] % block != 0)
+      specdec::detail::fail("tensor '", name, "' of type ", std::uint32_t(type), " has no whole blocks in a row");
+    if (r >= rows() || r >= data.size() / row_bytes())
       specdec::detail::fail("tensor '", name, "' has ", rows(), " rows of ", row_bytes(), " bytes in ", data.size(),
                             " bytes of data, asked for row ", r);
     return data.subspan(std::size_t(r) * row_bytes(), row_bytes());

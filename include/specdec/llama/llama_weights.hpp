@@ -212,6 +212,7 @@ class LlamaWeights {
     // A File has checked its tensors' bytes; a lookup that builds them (a test's, a caller's) may be wrong.
     // The dims are the config's (LlamaConfig::validate: widths up to 2^24, vocab below 2^31): no overflow below.
     const std::uint64_t block = gguf::block_size(t->type);
+    if (block == 0) specdec::detail::fail("tensor ", name, " has unknown type ", std::uint32_t(t->type));
     const std::uint64_t bytes = t->rows() * (dims[0] / block) * gguf::type_size(t->type);
     if (dims[0] % block != 0 || t->data.size() != bytes)
       specdec::detail::fail("tensor ", name, " of type ", gguf::type_name(t->type), " and dims ", dims_text(dims), " has ",

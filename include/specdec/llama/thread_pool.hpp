@@ -189,6 +189,9 @@ class ThreadPool {
     } catch (const std::system_error& e) {  // the system's thread limit: the threads started so far are joined
       stop_workers();
       specdec::detail::fail("thread pool could start only ", workers_.size() + 1, " of ", threads, " threads: ", e.what());
+    } catch (...) {  // std::bad_alloc: joined all the same, or their std::thread destructors would terminate
+      stop_workers();
+      throw;
     }
   }
 
