@@ -102,19 +102,24 @@ SPECDEC_AVX512_WARNINGS_ON
 
 namespace detail {
 
-/// The first index holding a NaN or +inf, if any. One vectorised pass over the bits decides (2 us a row of 49k);
-/// only a bad row is searched again.
-inline std::optional<std::size_t> first_nan_or_plus_inf(std::span<const float> row) {
-  const auto bad = [](float v) {
+/// The first index of `values` whose float's bits satisfy `bad`, if any. One vectorised pass over the bits
+/// decides, and only a bad row is searched again. (Eigen's abs().maxCoeff() plus isNaN().any() took 28 us per
+/// 49k-logit row, 3% of a five-position round.)
+template <class Bad>
+std::optional<std::size_t> first_bits_where(std::span<const float> values, Bad bad) {
+  const auto test = [&](float v) {
     std::uint32_t bits;
     std::memcpy(&bits, &v, sizeof bits);
-    return bits == 0x7f800000u || (bits & 0x7fffffffu) > 0x7f800000u;  // +inf, or NaN of either sign
+    return bad(bits);
   };
   std::uint32_t any = 0;
-  for (const float v : row) any |= static_cast<std::uint32_t>(bad(v));
+  for (const float v : values) any |= static_cast<std::uint32_t>(test(v));
   if (any == 0) return std::nullopt;
-  return static_cast<std::size_t>(std::find_if(row.begin(), row.end(), bad) - row.begin());
+  return static_cast<std::size_t>(std::find_if(values.begin(), values.end(), test) - values.begin());
 }
+/// first_bits_where's tests: NaN or infinite (the exponent bits all set); NaN or +inf (-inf passes: a mask).
+inline bool not_finite_bits(std::uint32_t bits) { return (bits & 0x7f800000u) == 0x7f800000u; }
+inline bool nan_or_plus_inf_bits(std::uint32_t bits) { return bits == 0x7f800000u || (bits & 0x7fffffffu) > 0x7f800000u; }
 
 /// Sum of v[0..n) in double over 8 interleaved partial sums and a fixed tree: vectorisable (a single running
 /// sum is latency-bound) and the same result on every call.
@@ -278,7 +283,7 @@ inline void transform_row(std::span<const float> row, const SamplingParams& para
 /// T > 0, for a row of -inf alone.
 inline void transform_logits(std::span<const float> row, const SamplingParams& params, std::vector<double>& out) {
   validate(params);
-  if (const auto bad = detail::first_nan_or_plus_inf(row))
+  if (const auto bad = detail::first_bits_where(row, detail::nan_or_plus_inf_bits))
     detail::fail("transform_logits needs logits that are numbers or -inf, got ", row[*bad], " at column ", *bad);
   detail::transform_row(row, params, out);
 }

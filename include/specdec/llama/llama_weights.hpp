@@ -213,7 +213,7 @@ class LlamaWeights {
     // The dims are the config's (LlamaConfig::validate: widths up to 2^24, vocab below 2^31): no overflow below.
     const std::uint64_t block = gguf::block_size(t->type);
     if (block == 0) specdec::detail::fail("tensor ", name, " has unknown type ", std::uint32_t(t->type));
-    const std::uint64_t bytes = t->rows() * (dims[0] / block) * gguf::type_size(t->type);
+    const std::uint64_t bytes = t->rows() * t->row_bytes();
     if (dims[0] % block != 0 || t->data.size() != bytes)
       specdec::detail::fail("tensor ", name, " of type ", gguf::type_name(t->type), " and dims ", dims_text(dims), " has ",
                             t->data.size(), " bytes of data, expected ", bytes, dims[0] % block ? " and whole blocks" : "");
