@@ -95,6 +95,7 @@ struct Args {
   std::size_t max_context = 4096;
   bool compare = false;
   bool json = false;
+  bool help = false;  // --help: print the usage and nothing else
 };
 
 template <class T>
@@ -117,8 +118,8 @@ Args parse_args(int argc, char** argv) {
       return argv[++i];
     };
     if (flag == "--help" || flag == "-h") {
-      std::cout << kUsage;
-      std::exit(0);
+      a.help = true;
+      return a;  // the arguments after it are not read
     } else if (flag == "--model") a.model = value();
     else if (flag == "--prompt") a.prompt = value();
     else if (flag == "--chat") a.chat = true;
@@ -292,6 +293,11 @@ void print_summary(const char* label, const DecodeStats& s) {
 
 int run_main(int argc, char** argv) {
   const Args args = parse_args(argc, argv);
+  if (args.help) {
+    std::cout << kUsage;
+    check_stdout();
+    return 0;
+  }
   const gguf::File file = gguf::File::open(args.model);
   const Tokenizer tokenizer = Tokenizer::from_gguf(file);
   LlamaModel target(llama::LlamaWeights::load(file, args.format), args.max_context,

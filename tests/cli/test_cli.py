@@ -167,6 +167,16 @@ with tempfile.TemporaryDirectory() as tmp:
                   len(r.stderr.strip().splitlines()) == 1, r.stderr)
         except subprocess.TimeoutExpired:
             check(f"a FIFO as {flag}", False, "hung for 60 s")
+# --help prints the usage on stdout, exit code 0, whatever follows it; every option of the synopsis is in it.
+r = subprocess.run([binary, "--help", "--bogus"], capture_output=True, text=True)
+missing = [o for o in ("--model", "--prompt", "--chat", "--draft", "--k", "--max-tokens", "--temp", "--top-k", "--top-p",
+                       "--seed", "--threads", "--compare", "--json") if f"\n  {o} " not in r.stdout]
+check("--help prints the usage", r.returncode == 0 and r.stdout.startswith("usage: specdec-generate") and not missing
+      and r.stderr == "", f"rc={r.returncode} missing {missing} stderr {r.stderr!r}")
+with open("/dev/full", "w") as full:  # every write fails: the output is lost, and the tool says so
+    r = subprocess.run([binary, "--help"], stdout=full, stderr=subprocess.PIPE, text=True)
+    check("--help to stdout that cannot be written",
+          r.returncode == 2 and r.stderr.strip().endswith("cannot write to standard output"), r.stderr)
 with open("/dev/full", "w") as full:  # every write fails: the output is lost, and the tool says so
     for mode in ([], ["--json"]):
         r = subprocess.run([binary, "--model", model, "--max-tokens", "2", *mode], stdout=full, stderr=subprocess.PIPE,
