@@ -440,7 +440,8 @@ SPECDEC_AVX512_WARNINGS_OFF
 /// quantized_dot 0.98-1.03x at 1-5 positions (within the noise), 0.91-0.93x at 7-9, 0.89x at 16; quantized
 /// 0.87-0.97x at 2-16. In a first trial (one digit, the machine in a slower state, where the earlier code took
 /// 1.6x as long): sub-groups as above 0.73-0.86x; one chain per position at 2-5 positions 0.82-0.97x where two
-/// took 0.79-0.85x; one chain of 8 per position, position by position, 1.15x.
+/// took 0.79-0.85x; one chain of 8 per position, position by position, 1.15x (the log's "2026-12-06, early
+/// morning, then").
 template <int Digits, int P>
 struct DotSchedule {
   static constexpr int group = (P + (P + 8) / 9 - 1) / ((P + 8) / 9);
