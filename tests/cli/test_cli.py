@@ -6,6 +6,8 @@ Prints one line per check and a closing 'N passed, N failed' line; exits non-zer
 """
 import json
 import os
+import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -33,6 +35,48 @@ def run_json(*args):
     if r.returncode != 0:
         raise RuntimeError(f"{args}: exit {r.returncode}: {r.stderr}")
     return json.loads(r.stdout)
+
+
+def tensor_location(path, wanted):
+    """(byte offset, GGML type, element count) of tensor `wanted`'s data in the GGUF file at `path`."""
+    with open(path, "rb") as f:
+        def take(fmt):
+            return struct.unpack("<" + fmt, f.read(struct.calcsize(fmt)))[0]
+
+        def text():
+            return f.read(take("Q"))
+
+        scalar = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+        def value(kind):
+            if kind == 8:
+                return text()
+            if kind == 9:
+                item, count = take("I"), take("Q")
+                return [value(item) for _ in range(count)]
+            return take(scalar[kind])
+
+        assert f.read(4) == b"GGUF"
+        take("I")  # version
+        tensors, keys = take("Q"), take("Q")
+        alignment = 32
+        for _ in range(keys):
+            key = text()
+            v = value(take("I"))
+            if key == b"general.alignment":
+                alignment = v
+        found = None
+        for _ in range(tensors):
+            name, dims = text(), take("I")
+            shape = [take("Q") for _ in range(dims)]
+            kind, offset = take("I"), take("Q")
+            if name == wanted.encode():
+                count = 1
+                for d in shape:
+                    count *= d
+                found = (offset, kind, count)
+        start = (f.tell() + alignment - 1) // alignment * alignment
+    return start + found[0], found[1], found[2]
 
 
 # Greedy continuation of the plugin's own test prompt names the capital.
@@ -177,6 +221,20 @@ with open("/dev/full", "w") as full:  # every write fails: the output is lost, a
     r = subprocess.run([binary, "--help"], stdout=full, stderr=subprocess.PIPE, text=True)
     check("--help to stdout that cannot be written",
           r.returncode == 2 and r.stderr.strip().endswith("cannot write to standard output"), r.stderr)
+# An error after the text began streaming (a model whose norm weights are NaN: the first logits are NaN) ends the
+# streamed line first, so that the one-line error stands on its own line.
+with tempfile.TemporaryDirectory() as tmp:
+    nan_model = f"{tmp}/nan.gguf"
+    shutil.copyfile(model, nan_model)
+    offset, kind, count = tensor_location(nan_model, "output_norm.weight")
+    assert kind == 0, kind  # f32
+    with open(nan_model, "r+b") as f:
+        f.seek(offset)
+        f.write(struct.pack("<f", float("nan")) * count)
+    r = subprocess.run([binary, "--model", nan_model, "--max-tokens", "4"], capture_output=True, text=True, timeout=600)
+    check("an error after the text began starts on a line of its own",
+          r.returncode == 2 and r.stdout == "The capital of France is\n" and len(r.stderr.strip().splitlines()) == 1
+          and "non-finite logit (nan)" in r.stderr, f"rc={r.returncode} stdout {r.stdout!r} stderr {r.stderr!r}")
 with open("/dev/full", "w") as full:  # every write fails: the output is lost, and the tool says so
     for mode in ([], ["--json"]):
         r = subprocess.run([binary, "--model", model, "--max-tokens", "2", *mode], stdout=full, stderr=subprocess.PIPE,
