@@ -437,7 +437,7 @@ SPECDEC_AVX512_WARNINGS_OFF
 /// process against the earlier code (the same bits): one digit 0.96-0.98x the time at 1 position, 0.92-0.95x at
 /// 2-4, 0.88-0.94x at 5, 0.88-0.93x at 6-16; three digits 0.92-0.97x at 1-3, 0.80-0.85x at 4-5, 0.77-0.81x at
 /// 6-16; the q8_0 output head (49152×576, from L3) 0.88-1.01x. Whole forwards of SmolLM2 on 2 threads:
-/// quantized_dot 0.98-1.03x at 1-5 positions (within the noise), 0.91-0.93x at 7-9, 0.89x at 16; quantized
+/// quantized_dot 0.89-1.03x at 1-5 positions (within the noise), 0.91-0.96x at 7-9, 0.89-0.91x at 16; quantized
 /// 0.87-0.97x at 2-16. In a first trial (one digit, the machine in a slower state, where the earlier code took
 /// 1.6x as long): sub-groups as above 0.73-0.86x; one chain per position at 2-5 positions 0.82-0.97x where two
 /// took 0.79-0.85x; one chain of 8 per position, position by position, 1.15x (the log's "2026-12-06, early
