@@ -270,8 +270,10 @@ class Transformer {
       const LayerWeights& w = weights_->layer(l);
       // 2. Attention: norm, Q/K/V projections (K and V straight into the cache), RoPE, attention, Wo + residual.
       // One attention task per kv head (n <= attention_span()): the task also applies RoPE to its heads and
-      // stores the head's new keys and values (see attention()). Otherwise the caller does, for all heads.
-      const bool per_head = n <= attention_span();
+      // stores the head's new keys and values (see attention()). Otherwise the caller does, for all heads; also
+      // where a kv head's query heads are split between tasks: parallel_for may leave a task that stores a head
+      // to a thread that waits for the head's later parts (the caller, when a worker joins late).
+      const bool per_head = n <= attention_span() && attention_parts(n) == 1;
       if (!per_head) prefetch_kv(l, start, n);
       rms_norm(x_.data(), w.attn_norm.data(), h_.data(), n);
       clock.mark(other);
@@ -333,6 +335,7 @@ class Transformer {
     const bool per_head = runs == 1;  // each attention task applies RoPE and stores its own kv head
     StepBarrier barrier(threads);
     const auto claimed = std::make_unique<std::atomic<std::size_t>[]>(layers_);  // attention tasks, per layer
+    const auto stored = std::make_unique<std::atomic<bool>[]>(layers_ * c.kv_heads);  // see attention_task
     const std::uint64_t calls = detail::next_call(4 * layers_);  // the products' numbers (see next_call)
     std::exception_ptr error;
     std::atomic<bool> failed{false};
@@ -394,8 +397,8 @@ class Transformer {
               barrier.wait(t, next_weights(o));
               mark(other);
             }
-            for (std::size_t task; (task = claimed[l].fetch_add(1, std::memory_order_relaxed)) < runs * c.kv_heads;)
-              attention_task(kv, keys_t, l, start, n, task, per_head, slot);
+            for (std::size_t task; (task = claimed[l].fetch_add(1, std::memory_order_relaxed)) < attention_tasks(n);)
+              attention_task(kv, keys_t, l, start, n, task, per_head, slot, &stored[l * c.kv_heads]);
           });
           barrier.wait(t, next_weights(o));
           mark(&ForwardProfile::attention);
@@ -650,37 +653,49 @@ class Transformer {
   }
 
   /// attn_[i, head] = softmax(q·Kᵀ·scale) V over keys 0..start+i, per (run of attention_span() positions, kv
-  /// head) with the query heads that share it, split across threads. With per_head (one run: n <=
-  /// attention_span()) each task first applies RoPE to its query heads and its kv head's keys and stores that kv
-  /// head's new keys and values, which the caller otherwise does for all heads before: the thread that reads a
-  /// head's transposed keys then also wrote them (a new key touches head_dim cache lines). Against the caller's
-  /// stores, quantized_dot forwards of one position took 0.995x the time while the two vCPUs shared an L3 and
-  /// 0.989x while they did not (medians of 66 and 14 rounds, alternating call by call, 2026-12-02).
+  /// head) with the query heads that share it, or per query head (attention_parts), split across threads. With
+  /// per_head (one run: n <= attention_span()) each task first applies RoPE to its query heads and its kv head's
+  /// keys and stores that kv head's new keys and values (with parts, the head's first part does, for them all),
+  /// which the caller otherwise does for all heads before: the thread that reads a head's transposed keys then
+  /// also wrote them (a new key touches head_dim cache lines). Against the caller's stores, quantized_dot
+  /// forwards of one position took 0.995x the time while the two vCPUs shared an L3 and 0.989x while they did
+  /// not (medians of 66 and 14 rounds, alternating call by call, 2026-12-02).
   template <class Cache, class T>
   void attention(Cache& kv, KeyBlocks<T>& keys_t, std::size_t layer, std::size_t start, std::size_t n, bool per_head) {
-    const std::size_t span = attention_span(), runs = (n + span - 1) / span;
-    pool_->parallel_for(runs * config().kv_heads, [&](std::size_t task, std::size_t slot) {
-      attention_task(kv, keys_t, layer, start, n, task, per_head, slot);
+    const auto stored = std::make_unique<std::atomic<bool>[]>(config().kv_heads);
+    pool_->parallel_for(attention_tasks(n), [&](std::size_t task, std::size_t slot) {
+      attention_task(kv, keys_t, layer, start, n, task, per_head, slot, stored.get());
     });
   }
 
-  /// Task `task` of attention(): kv head task % kv_heads for the run of positions task / kv_heads, on the
-  /// thread of scratch slot `slot`.
+  /// Task `task` of attention() (of attention_tasks(n)): kv head task % kv_heads for the run of positions
+  /// task / kv_heads, or with several parts (one run; see attention_parts) part task / kv_heads of kv head
+  /// task % kv_heads' query heads, on the thread of scratch slot `slot`. With per_head, part 0 stores the kv
+  /// head and sets stored[g] (false before the call, one flag per kv head); the other parts wait for it.
   template <class Cache, class T>
   void attention_task(Cache& kv, KeyBlocks<T>& keys_t, std::size_t layer, std::size_t start, std::size_t n,
-                      std::size_t task, bool per_head, std::size_t slot) {
+                      std::size_t task, bool per_head, std::size_t slot, std::atomic<bool>* stored) {
     const LlamaConfig& c = config();
     const std::size_t qw = c.heads * c.head_dim, d = c.head_dim, group = c.heads / c.kv_heads;
-    const std::size_t span = attention_span();
-    const std::size_t i0 = task / c.kv_heads * span, g = task % c.kv_heads, cache_layer = layer * c.kv_heads + g;
-    if (per_head) {  // one run: this task is the only one of kv head g
+    const std::size_t parts = attention_parts(n), heads = group / parts;
+    const std::size_t span = attention_span(), part = parts > 1 ? task / c.kv_heads : 0;
+    const std::size_t i0 = parts > 1 ? 0 : task / c.kv_heads * span, g = task % c.kv_heads;
+    const std::size_t cache_layer = layer * c.kv_heads + g, head0 = g * group + part * heads;  // first query head
+    if (per_head && part == 0) {  // one run: this task is the only one of kv head g, or its first part
+      struct Publish {  // also if a store throws, so that no part waits for ever (the forward fails anyway)
+        std::atomic<bool>* flag;
+        ~Publish() { flag->store(true, std::memory_order_release); }
+      } publish{&stored[g]};
       prefetch_kv_head(kv, keys_t, layer, g, start, n);
       rope_and_store_head(kv, keys_t, layer, g, start, n);
+    } else if (per_head) {  // part 0 was claimed before this one (by a thread of run_blocks_together, which runs
+                            // it at once), and stores the head first thing
+      while (!stored[g].load(std::memory_order_acquire)) detail::cpu_relax();
     }
     AttentionGroup<T> a;
-    a.q = &q_[i0 * qw + g * group * d];
+    a.q = &q_[i0 * qw + head0 * d];
     a.q_stride = d;
-    a.heads = group;
+    a.heads = heads;
     a.keys_t = &keys_t[cache_layer * blocks_ * key_block * d];
     a.values = kv.values(cache_layer, start + n).data();
     a.keys = start + i0 + 1;
@@ -688,7 +703,7 @@ class Transformer {
     a.scale = 1.0f / std::sqrt(static_cast<float>(d));
     a.scores = &scores_[slot * group * span * score_stride_];
     a.score_stride = score_stride_;
-    a.out = &attn_[i0 * qw + g * group * d];
+    a.out = &attn_[i0 * qw + head0 * d];
     a.out_stride = d;
     a.positions = std::min(span, n - i0);
     a.q_position_stride = qw;
@@ -699,9 +714,9 @@ class Transformer {
     }
     attend_group(a);
     if (attention_quantizes()) {  // this task's blocks of the output projection's inputs
-      const std::size_t blocks = group * d / quant_block;
+      const std::size_t blocks = heads * d / quant_block, first = head0 * d / quant_block;
       for (std::size_t i = i0; i < i0 + a.positions; ++i)
-        quantize_for_next(&attn_[i * qw], i, g * blocks, (g + 1) * blocks, qw, n);
+        quantize_for_next(&attn_[i * qw], i, first, first + blocks, qw, n);
     }
   }
 
@@ -713,6 +728,26 @@ class Transformer {
   std::size_t attention_span() const {
     const LlamaConfig& c = config();
     return std::max<std::size_t>(1, rows_per_pass / (c.heads / c.kv_heads));
+  }
+
+  /// Attention tasks per kv head in a forward of n positions: where n takes one run and the kernels pass once
+  /// per row (without AVX-512), one per query head, so that a task of three heads does not cost three of one
+  /// (SmolLM2's 3 kv heads on 2 threads left one thread idle for a third of the stage); else 1 (one per run of
+  /// positions, and a pass reads each key once for all the heads). Also 1 where a head's quantised output
+  /// blocks would not be whole (head_dim not a multiple of 32). On a 2-core Zen 3 (2026-12-06; SmolLM2, context
+  /// 256, 2 threads, the weights evicted before each forward, alternating round by round in one process) the
+  /// one-position attention stage took 0.78-0.90x the time in every format, the forward 0.96-0.98x in
+  /// quantized_dot (six runs), quantized and bf16, 1.00x in bf16_dot and 1.02x in f32 (one run each); without
+  /// the eviction quantized_dot 0.99-1.03x: the thread that idled in the stage had asked for W_o's weights.
+  std::size_t attention_parts(std::size_t n) const {
+    const LlamaConfig& c = config();
+    return n <= attention_span() && rows_per_pass == 1 && c.head_dim % quant_block == 0 ? c.heads / c.kv_heads : 1;
+  }
+
+  /// Attention tasks of a forward of n positions (see attention_task).
+  std::size_t attention_tasks(std::size_t n) const {
+    const std::size_t span = attention_span();
+    return (n + span - 1) / span * config().kv_heads * attention_parts(n);
   }
 
   std::shared_ptr<const LlamaWeights> weights_;
