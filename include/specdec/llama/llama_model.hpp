@@ -736,9 +736,10 @@ class Transformer {
   /// positions, and a pass reads each key once for all the heads). Also 1 where a head's quantised output
   /// blocks would not be whole (head_dim not a multiple of 32). On a 2-core Zen 3 (2026-12-06; SmolLM2, context
   /// 256, 2 threads, the weights evicted before each forward, alternating round by round in one process) the
-  /// one-position attention stage took 0.78-0.90x the time in every format, the forward 0.96-0.98x in
-  /// quantized_dot (six runs), quantized and bf16, 1.00x in bf16_dot and 1.02x in f32 (one run each); without
-  /// the eviction quantized_dot 0.99-1.03x: the thread that idled in the stage had asked for W_o's weights.
+  /// one-position attention stage took 0.79-0.90x the time in every format, the forward 0.96-0.98x in
+  /// quantized_dot (six runs), quantized (two) and bf16 (one), 1.00x in bf16_dot (one), 1.00-1.02x in f32 (two);
+  /// without the eviction quantized_dot 0.99-1.03x: the thread that idled in the stage had asked for W_o's
+  /// weights (docs/measurements.md, the last part).
   std::size_t attention_parts(std::size_t n) const {
     const LlamaConfig& c = config();
     return n <= attention_span() && rows_per_pass == 1 && c.head_dim % quant_block == 0 ? c.heads / c.kv_heads : 1;
