@@ -662,16 +662,17 @@ class Transformer {
   /// not (medians of 66 and 14 rounds, alternating call by call, 2026-12-02).
   template <class Cache, class T>
   void attention(Cache& kv, KeyBlocks<T>& keys_t, std::size_t layer, std::size_t start, std::size_t n, bool per_head) {
-    const auto stored = std::make_unique<std::atomic<bool>[]>(config().kv_heads);
+    // No flags: here per_head implies one part per kv head (see run_blocks).
     pool_->parallel_for(attention_tasks(n), [&](std::size_t task, std::size_t slot) {
-      attention_task(kv, keys_t, layer, start, n, task, per_head, slot, stored.get());
+      attention_task(kv, keys_t, layer, start, n, task, per_head, slot, nullptr);
     });
   }
 
   /// Task `task` of attention() (of attention_tasks(n)): kv head task % kv_heads for the run of positions
   /// task / kv_heads, or with several parts (one run; see attention_parts) part task / kv_heads of kv head
   /// task % kv_heads' query heads, on the thread of scratch slot `slot`. With per_head, part 0 stores the kv
-  /// head and sets stored[g] (false before the call, one flag per kv head); the other parts wait for it.
+  /// head and, with several parts, sets stored[g] (false before the call, one flag per kv head), which the
+  /// other parts wait for; `stored` may be null with one part.
   template <class Cache, class T>
   void attention_task(Cache& kv, KeyBlocks<T>& keys_t, std::size_t layer, std::size_t start, std::size_t n,
                       std::size_t task, bool per_head, std::size_t slot, std::atomic<bool>* stored) {
@@ -684,8 +685,10 @@ class Transformer {
     if (per_head && part == 0) {  // one run: this task is the only one of kv head g, or its first part
       struct Publish {  // also if a store throws, so that no part waits for ever (the forward fails anyway)
         std::atomic<bool>* flag;
-        ~Publish() { flag->store(true, std::memory_order_release); }
-      } publish{&stored[g]};
+        ~Publish() {
+          if (flag) flag->store(true, std::memory_order_release);
+        }
+      } publish{parts > 1 ? &stored[g] : nullptr};
       prefetch_kv_head(kv, keys_t, layer, g, start, n);
       rope_and_store_head(kv, keys_t, layer, g, start, n);
     } else if (per_head) {  // part 0 was claimed before this one (by a thread of run_blocks_together, which runs
