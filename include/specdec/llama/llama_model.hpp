@@ -35,6 +35,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -654,12 +655,12 @@ class Transformer {
 
   /// attn_[i, head] = softmax(q·Kᵀ·scale) V over keys 0..start+i, per (run of attention_span() positions, kv
   /// head) with the query heads that share it, or per query head (attention_parts), split across threads. With
-  /// per_head (one run: n <= attention_span()) each task first applies RoPE to its query heads and its kv head's
-  /// keys and stores that kv head's new keys and values (with parts, the head's first part does, for them all),
-  /// which the caller otherwise does for all heads before: the thread that reads a head's transposed keys then
-  /// also wrote them (a new key touches head_dim cache lines). Against the caller's stores, quantized_dot
-  /// forwards of one position took 0.995x the time while the two vCPUs shared an L3 and 0.989x while they did
-  /// not (medians of 66 and 14 rounds, alternating call by call, 2026-12-02).
+  /// per_head (one run: n <= attention_span(); in run_blocks also one part) each task first applies RoPE to its
+  /// query heads and its kv head's keys and stores that kv head's new keys and values (with parts, the head's
+  /// first part does, for them all), which the caller otherwise does for all heads before: the thread that reads
+  /// a head's transposed keys then also wrote them (a new key touches head_dim cache lines). Against the caller's
+  /// stores, quantized_dot forwards of one position took 0.995x the time while the two vCPUs shared an L3 and
+  /// 0.989x while they did not (medians of 66 and 14 rounds, alternating call by call, 2026-12-02).
   template <class Cache, class T>
   void attention(Cache& kv, KeyBlocks<T>& keys_t, std::size_t layer, std::size_t start, std::size_t n, bool per_head) {
     // No flags: here per_head implies one part per kv head (see run_blocks).
@@ -672,7 +673,7 @@ class Transformer {
   /// task / kv_heads, or with several parts (one run; see attention_parts) part task / kv_heads of kv head
   /// task % kv_heads' query heads, on the thread of scratch slot `slot`. With per_head, part 0 stores the kv
   /// head and, with several parts, sets stored[g] (false before the call, one flag per kv head), which the
-  /// other parts wait for; `stored` may be null with one part.
+  /// other parts wait for; `stored` may be null with one part or without per_head.
   template <class Cache, class T>
   void attention_task(Cache& kv, KeyBlocks<T>& keys_t, std::size_t layer, std::size_t start, std::size_t n,
                       std::size_t task, bool per_head, std::size_t slot, std::atomic<bool>* stored) {
@@ -693,7 +694,10 @@ class Transformer {
       rope_and_store_head(kv, keys_t, layer, g, start, n);
     } else if (per_head) {  // part 0 was claimed before this one (by a thread of run_blocks_together, which runs
                             // it at once), and stores the head first thing
-      while (!stored[g].load(std::memory_order_acquire)) detail::cpu_relax();
+      for (int spins = 0; !stored[g].load(std::memory_order_acquire); ++spins) {
+        if (spins < 4096) detail::cpu_relax();
+        else std::this_thread::yield();  // its thread may have been descheduled
+      }
     }
     AttentionGroup<T> a;
     a.q = &q_[i0 * qw + head0 * d];
@@ -733,19 +737,22 @@ class Transformer {
     return std::max<std::size_t>(1, rows_per_pass / (c.heads / c.kv_heads));
   }
 
-  /// Attention tasks per kv head in a forward of n positions: where n takes one run and the kernels pass once
-  /// per row (without AVX-512), one per query head, so that a task of three heads does not cost three of one
-  /// (SmolLM2's 3 kv heads on 2 threads left one thread idle for a third of the stage); else 1 (one per run of
-  /// positions, and a pass reads each key once for all the heads). Also 1 where a head's quantised output
-  /// blocks would not be whole (head_dim not a multiple of 32). On a 2-core Zen 3 (2026-12-06; SmolLM2, context
-  /// 256, 2 threads, the weights evicted before each forward, alternating round by round in one process) the
-  /// one-position attention stage took 0.79-0.90x the time in every format, the forward 0.96-0.98x in
-  /// quantized_dot (six runs), quantized (two) and bf16 (one), 1.00x in bf16_dot (one), 1.00-1.02x in f32 (two);
-  /// without the eviction quantized_dot 0.99-1.03x: the thread that idled in the stage had asked for W_o's
-  /// weights (docs/measurements.md, the last part).
+  /// Attention tasks per kv head in a forward of n positions: where n takes one run, the kernels pass once per
+  /// row (without AVX-512), run_blocks_together runs the forward and the kv heads do not divide evenly between
+  /// its threads, one per query head, so that a task of three heads does not cost three of one (SmolLM2's 3 kv
+  /// heads on 2 threads left one thread idle for a third of the stage); else 1 (one per run of positions, and a
+  /// pass reads each key once for all the heads). Also 1 where a head's quantised output blocks would not be
+  /// whole (head_dim not a multiple of 32). On a 2-core Zen 3 (2026-12-06; SmolLM2, context 256, 2 threads, the
+  /// weights evicted before each forward, alternating round by round in one process) the one-position attention
+  /// stage took 0.79-0.90x the time in every format, the forward 0.96-0.98x in quantized_dot (six runs),
+  /// quantized (two) and bf16 (one), 1.00x in bf16_dot (one), 1.00-1.02x in f32 (two); without the eviction
+  /// quantized_dot 0.99-1.03x: the thread that idled in the stage had asked for W_o's weights
+  /// (docs/measurements.md, the last part).
   std::size_t attention_parts(std::size_t n) const {
     const LlamaConfig& c = config();
-    return n <= attention_span() && rows_per_pass == 1 && c.head_dim % quant_block == 0 ? c.heads / c.kv_heads : 1;
+    const bool split = n <= attention_span() && rows_per_pass == 1 && c.head_dim % quant_block == 0 && together_ &&
+                       c.kv_heads % pool_->threads() != 0;
+    return split ? c.heads / c.kv_heads : 1;
   }
 
   /// Attention tasks of a forward of n positions (see attention_task).
