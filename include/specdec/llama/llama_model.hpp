@@ -271,10 +271,8 @@ class Transformer {
       const LayerWeights& w = weights_->layer(l);
       // 2. Attention: norm, Q/K/V projections (K and V straight into the cache), RoPE, attention, Wo + residual.
       // One attention task per kv head (n <= attention_span()): the task also applies RoPE to its heads and
-      // stores the head's new keys and values (see attention()). Otherwise the caller does, for all heads; also
-      // where a kv head's query heads are split between tasks: parallel_for may leave a task that stores a head
-      // to a thread that waits for the head's later parts (the caller, when a worker joins late).
-      const bool per_head = n <= attention_span() && attention_parts(n) == 1;
+      // stores the head's new keys and values (see attention()). Otherwise the caller does, for all heads.
+      const bool per_head = n <= attention_span();
       if (!per_head) prefetch_kv(l, start, n);
       rms_norm(x_.data(), w.attn_norm.data(), h_.data(), n);
       clock.mark(other);
@@ -655,15 +653,17 @@ class Transformer {
 
   /// attn_[i, head] = softmax(q·Kᵀ·scale) V over keys 0..start+i, per (run of attention_span() positions, kv
   /// head) with the query heads that share it, or per query head (attention_parts), split across threads. With
-  /// per_head (one run: n <= attention_span(); in run_blocks also one part) each task first applies RoPE to its
-  /// query heads and its kv head's keys and stores that kv head's new keys and values (with parts, the head's
-  /// first part does, for them all), which the caller otherwise does for all heads before: the thread that reads
-  /// a head's transposed keys then also wrote them (a new key touches head_dim cache lines). Against the caller's
+  /// per_head (one run: n <= attention_span()) each task first applies RoPE to its query heads and its kv head's
+  /// keys and stores that kv head's new keys and values (with parts, the head's first part does, for them all),
+  /// which the caller otherwise does for all heads before: the thread that reads a head's transposed keys then
+  /// also wrote them (a new key touches head_dim cache lines). Against the caller's
   /// stores, quantized_dot forwards of one position took 0.995x the time while the two vCPUs shared an L3 and
   /// 0.989x while they did not (medians of 66 and 14 rounds, alternating call by call, 2026-12-02).
   template <class Cache, class T>
   void attention(Cache& kv, KeyBlocks<T>& keys_t, std::size_t layer, std::size_t start, std::size_t n, bool per_head) {
-    // No flags: here per_head implies one part per kv head (see run_blocks).
+    // One part per kv head here, so no task waits for another: parallel_for may leave a task that stores a head
+    // to a thread that would wait for the head's later parts (the caller, when a worker joins late).
+    SPECDEC_ASSERT(attention_parts(n) == 1);  // run_blocks_together alone splits (see attention_parts)
     pool_->parallel_for(attention_tasks(n), [&](std::size_t task, std::size_t slot) {
       attention_task(kv, keys_t, layer, start, n, task, per_head, slot, nullptr);
     });
@@ -673,7 +673,7 @@ class Transformer {
   /// task / kv_heads, or with several parts (one run; see attention_parts) part task / kv_heads of kv head
   /// task % kv_heads' query heads, on the thread of scratch slot `slot`. With per_head, part 0 stores the kv
   /// head and, with several parts, sets stored[g] (false before the call, one flag per kv head), which the
-  /// other parts wait for; `stored` may be null with one part or without per_head.
+  /// other parts wait for; `stored` may be null with one part.
   template <class Cache, class T>
   void attention_task(Cache& kv, KeyBlocks<T>& keys_t, std::size_t layer, std::size_t start, std::size_t n,
                       std::size_t task, bool per_head, std::size_t slot, std::atomic<bool>* stored) {
