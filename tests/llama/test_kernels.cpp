@@ -404,11 +404,13 @@ TEST_CASE("every encoding gives the same bits on the vector and portable paths",
           // The block kernels asking for the next panel at every width, and at none (detail::quiet_dot_products);
           // the kernels asking with either hint (detail::requests_into_l2); the float kernels at 1 and 2
           // positions stepping by one panel or by their most (detail::single_stream_steps), and asking for their
-          // own panels' lines ahead or not (detail::near_request_lines: none, 32, one).
+          // own panels' lines ahead or not (detail::near_request_lines: none, 32, one); the AVX2 float kernels
+          // asking for nothing ahead at any width (detail::quiet_float_positions_avx2) in the last variant.
           const auto saved = specdec::llama::detail::quiet_dot_products;
           const bool saved_hint = specdec::llama::detail::requests_into_l2;
           const bool saved_steps = specdec::llama::detail::single_stream_steps;
           const std::size_t saved_near = specdec::llama::detail::near_request_lines;
+          const std::size_t saved_quiet_floats = specdec::llama::detail::quiet_float_positions_avx2;
           for (bool single : {false, true})
             for (int variant : {0, 1, 2}) {  // ask with NTA, ask into L2, never ask (the float kernels: into L2)
               CAPTURE(single, variant);
@@ -417,6 +419,7 @@ TEST_CASE("every encoding gives the same bits on the vector and portable paths",
               specdec::llama::detail::requests_into_l2 = variant != 0;
               specdec::llama::detail::single_stream_steps = single;
               specdec::llama::detail::near_request_lines = std::array<std::size_t, 3>{0, 32, 1}[variant];
+              specdec::llama::detail::quiet_float_positions_avx2 = variant == 2 ? 16 : 0;
               std::fill(fast.begin(), fast.end(), std::numeric_limits<float>::quiet_NaN());  // no earlier variant's rows
               specdec::llama::matmul(MatmulOutput{&m.packed, fast.data(), rows, false}, x.data(), cols, n, pool, false);
               REQUIRE(std::memcmp(fast.data(), portable.data(), fast.size() * sizeof(float)) == 0);
@@ -425,6 +428,7 @@ TEST_CASE("every encoding gives the same bits on the vector and portable paths",
           specdec::llama::detail::requests_into_l2 = saved_hint;
           specdec::llama::detail::single_stream_steps = saved_steps;
           specdec::llama::detail::near_request_lines = saved_near;
+          specdec::llama::detail::quiet_float_positions_avx2 = saved_quiet_floats;
         }
       }
 }

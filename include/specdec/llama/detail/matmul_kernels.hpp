@@ -45,19 +45,23 @@ inline std::uint64_t next_call(std::uint64_t count = 1) {
 }
 
 /// The x86 CPU's vendor and family as cpuid reports them (the family: the base family, plus the extended family
-/// where the base is 15; AMD's Zen 3 and Zen 4 are family 25, Zen 5 is 26); {false, 0} where unknown.
+/// where the base is 15; AMD's Zen 3 and Zen 4 are family 25, Zen 5 is 26), and whether it reports AVX-512
+/// Foundation (cpuid leaf 7, whatever this build uses: within family 25 Zen 4 has it and Zen 3 does not);
+/// {false, 0, false} where unknown.
 struct CpuFamily {
   bool amd = false;
   unsigned family = 0;
+  bool avx512f = false;
 };
 inline CpuFamily cpu_family() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid(0, &a, &b, &c, &d)) return {};
   const bool amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // "AuthenticAMD"
-  if (!__get_cpuid(1, &a, &b, &c, &d)) return {amd, 0};
-  const unsigned base = (a >> 8) & 0xFu;
-  return {amd, base == 0xFu ? base + ((a >> 20) & 0xFFu) : base};
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return {amd, 0, false};
+  const unsigned base = (a >> 8) & 0xFu, family = base == 0xFu ? base + ((a >> 20) & 0xFFu) : base;
+  const bool avx512f = __get_cpuid_count(7, 0, &a, &b, &c, &d) && ((b >> 16) & 1u);
+  return {amd, family, avx512f};
 #else
   return {};
 #endif
@@ -68,6 +72,12 @@ inline CpuFamily cpu_family() {
 inline bool amd_family(unsigned family) {
   const CpuFamily cpu = cpu_family();
   return cpu.amd && cpu.family == family;
+}
+
+/// Whether this is AMD's Zen 4: family 25 with AVX-512 (Zen 3, family 25 too, has none).
+inline bool amd_zen4() {
+  const CpuFamily cpu = cpu_family();
+  return cpu.amd && cpu.family == 25 && cpu.avx512f;
 }
 
 /// Whether the AVX-512 kernels ask for the next panels into L2 (the hint T1) rather than with the non-temporal
@@ -112,8 +122,8 @@ inline bool asks_into_l2() {
 /// for nothing ahead there, leaving the weights to the hardware prefetcher: a thread's panels are adjacent in
 /// memory, so its run is then read as one sequential stream, where steps of 2 (bf16, bf16_dot) or 4 (f32)
 /// panels read as that many interleaved streams, and the bf16 steps asked for the next step's panels besides.
-/// On for AMD family 25, off elsewhere: on the Zen 5 of 2026-12-02 steps of 2 beat steps of 4 and the requests
-/// helped (see most_panels and panel_ahead); steps of one panel were not measured there. On the Zen 4 of
+/// On for AMD's Zen 4 (amd_zen4), off elsewhere: on the Zen 5 of 2026-12-02 steps of 2 beat steps of 4 and the
+/// requests helped (see most_panels and panel_ahead); steps of one panel were not measured there. On the Zen 4 of
 /// 2026-12-03 (forwards of SmolLM2 at context 256, 2 threads, alternating call by call in one process, medians
 /// of 6-24 rounds): bf16 0.89-0.94x the time at 1 position (three runs) and 0.99x at 2; bf16_dot 0.83-0.97x at
 /// 1 (three runs) and 0.93x at 2; f32 0.94-0.99x at 1 (three runs) and 1.00x at 2. One panel a step that still
@@ -125,19 +135,32 @@ inline bool asks_into_l2() {
 /// 59 GB/s (bf16_dot's one chain 43 GB/s), where a thread must read about 32 GB/s when the two vCPUs do not
 /// share an L3. The bits do not change. Read by every call, like requests_into_l2.
 /// The AVX2 float kernels follow it too (matmul_panels_avx2), where they took steps of 4 panels (f32, bf16,
-/// bf16_dot) at one position and 2 at two, each asking ahead; not measured on a Zen 3, which is family 25 as
-/// well. Built for AVX2 and run on the Zen 4 of 2026-12-05 (the same forwards, alternating round by round,
-/// medians of 40 forwards a round, 6-8 rounds): one stream took f32 to 0.87-0.96x the time at 1 position (three
-/// runs) and 0.94x at 2, bf16 0.84-0.91x at 1 (three runs) and 0.92x at 2, bf16_dot 0.91x at 1 and at 2 (steps
-/// of a pair of its separate panels: 1.02x at 1).
+/// bf16_dot) at one position and 2 at two, each asking ahead. Built for AVX2 and run on the Zen 4 of 2026-12-05
+/// (the same forwards, alternating round by round, medians of 40 forwards a round, 6-8 rounds): one stream took
+/// f32 to 0.87-0.96x the time at 1 position (three runs) and 0.94x at 2, bf16 0.84-0.91x at 1 (three runs) and
+/// 0.92x at 2, bf16_dot 0.91x at 1 and at 2 (steps of a pair of its separate panels: 1.02x at 1).
 /// On the Intel Xeon of 2026-12-05 (family 6, model 207; as for requests_into_l2, with T1 requests) one stream
 /// took f32 1.17x the time at 1 position and 1.25x at 2, bf16 1.36x and 1.48x, bf16_dot 1.39x and 1.57x, so it
-/// stays off there.
-inline bool single_stream_steps = amd_family(25);
+/// stays off there. On the Zen 3 of 2026-12-06 (family 25, model 1, without AVX-512; AVX2 code; the same
+/// forwards with the weights evicted before each, alternating round by round, medians of 25 forwards a round,
+/// 8-16 rounds) one stream took bf16 1.06-1.12x the time of those steps at 1 position, bf16_dot 1.12-1.17x and
+/// f32 1.01-1.10x (four runs), and 1.01-1.02x, 1.15-1.16x and 1.03-1.04x at 2 (two runs), so it is off there
+/// (Zen 3's FMA chains: one stream gives bf16 four, and f32 two, where a step of 4 panels gives eight).
+inline bool single_stream_steps = amd_zen4();
 
 /// Whether a float kernel step over `positions` positions reads one panel and asks for nothing ahead (see
 /// single_stream_steps): the one place both panels_per_step and panel_ahead take that rule from.
 inline bool single_stream_step(std::size_t positions) { return positions <= 2 && single_stream_steps; }
+
+/// Positions up to which the AVX2 float kernels (f32, bf16, bf16_dot) ask for nothing ahead where they take
+/// steps of several panels (where single_stream_step is false), leaving those panels' streams to the hardware
+/// prefetcher: 1 on AMD family 25, 0 elsewhere (on a Zen 4 single_stream_steps covers 1 and 2 positions, so
+/// this counts on a Zen 3 only). On the Zen 3 of 2026-12-06 (as for single_stream_steps, 10-16 rounds, four
+/// runs, one without the eviction) asking for nothing took bf16 to 0.95-0.99x the time of asking at one
+/// position, bf16_dot 0.93-0.98x and f32 0.93-0.95x, but at 2 positions bf16 to 1.03x and bf16_dot to 1.06x
+/// (f32 0.94x), so 2 positions ask. Not measured elsewhere. The bits do not change. Read by every call, like
+/// requests_into_l2.
+inline std::size_t quiet_float_positions_avx2 = amd_family(25) ? 1 : 0;
 
 /// Lines of each of its panels' own weights ahead of those it reads at which an AVX-512 float kernel step of 1 or
 /// 2 positions (f32's steps of 4 panels, bf16's interleaved pair, bf16_dot's 2 panels; where single_stream_steps
@@ -537,8 +560,9 @@ SPECDEC_AVX512_WARNINGS_ON
 // accumulators, 2 weight vectors, 1 broadcast); 7 to 12 take one pass per half (P accumulators, 1 weight
 // vector); more are split into passes of at most 12. Fewer than 8 accumulators leave the FMA units waiting on
 // their 4-cycle latency, hence several panels per step for 1 and 2 positions (2 panels × 3 positions spilled),
-// except where single_stream_steps says one stream reads faster (AMD family 25): there 1 and 2 positions take a
-// panel a step (or a bf16 pair) and ask for nothing ahead. The second and later passes over a step's panels read
+// except where single_stream_steps says one stream reads faster (AMD's Zen 4): there 1 and 2 positions take a
+// panel a step (or a bf16 pair) and ask for nothing ahead; on a Zen 3 one position takes steps of 4 panels and
+// asks for nothing ahead (quiet_float_positions_avx2). The second and later passes over a step's panels read
 // them from cache, so every other step prefetches the next step's panels into L2 (on a Zen 3, 10% faster for 5
 // and 9 positions of a 151 MB matrix, two threads, medians of 9). f32 instead asks for the panels of its next
 // step with the hint requests_into_l2 picks, as the block kernels do: built for AVX2 and run on the AVX-512
@@ -547,7 +571,8 @@ SPECDEC_AVX512_WARNINGS_ON
 // 0.94-0.99x at 1 and 1.02-1.03x at 5, so bf16 keeps T1. On the Intel Xeon of 2026-12-05, where NTA requests
 // read 0.4x the memory bandwidth (see requests_into_l2), T1 instead of NTA took f32 0.45-0.46x the time at
 // 1 position, 0.49x at 2, 0.46-0.53x at 5 and 0.55-0.63x at 9 (bench_llama_forward, 2 threads, two runs each, in
-// turn). Not measured on a Zen 3 or 4 (family 25, where the hint is T1 and f32 asks only from 3 positions).
+// turn). Not measured on a Zen 3 or 4 (family 25, where the hint is T1 and f32 asks from 3 positions on a
+// Zen 4, from 2 on a Zen 3).
 
 /// The visitors hand fn(w, k) the weights of column k for R panels × H halves, starting at half `half`.
 struct VisitF32Avx2 {
@@ -630,7 +655,8 @@ void panel_kernel_avx2(const MatmulOutput& out, std::size_t panel, std::size_t l
   // bf16 the panels step_panels ahead, into L2.
   constexpr bool f32 = std::is_same_v<Visitor, VisitF32Avx2>;
   const std::size_t ahead = (f32 ? R : step_panels) * w.panel_bytes();
-  const bool ask = half == 0 && !single_stream_step(P) && (!f32 || next_step_in_run<R>(panel, last)),
+  const bool ask = half == 0 && !single_stream_step(P) && P > quiet_float_positions_avx2 &&
+                   (!f32 || next_step_in_run<R>(panel, last)),
              into_l2 = !f32 || requests_into_l2;
   // Bytes from one column of a panel to its next: a bf16 column pair's stride covers two columns.
   const std::size_t pair_stride = bf16_pair_stride(w.encoding());
