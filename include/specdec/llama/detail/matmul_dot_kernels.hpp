@@ -743,8 +743,8 @@ void halves_kernel_qdot_avx2(const MatmulOutput& out, std::size_t panel, int fir
   }
 }
 
-/// One panel × P positions: at one position with one-digit inputs both halves in one pass over the panel, else
-/// the halves one after the other (a pass each). Built for AVX2 and run on the Zen 4 of 2026-12-05 (2 threads,
+/// One panel × P positions: at one or two positions with one-digit inputs both halves in one pass over the panel,
+/// else the halves one after the other (a pass each). Built for AVX2 and run on the Zen 4 of 2026-12-05 (2 threads,
 /// forwards of SmolLM2 at context 256, one position, alternating round by round in one process, medians of 40
 /// forwards a round): one pass with T1 requests took quantized_dot to 0.969x and 0.975x the time of two passes
 /// with NTA (8 and 10 rounds; the q8_0 output head's stage 0.80-0.85 ms against 0.86-0.97), where two passes
@@ -752,9 +752,14 @@ void halves_kernel_qdot_avx2(const MatmulOutput& out, std::size_t panel, int fir
 /// 5-7 runs): 37-38 GB/s in one pass with T1 against 22 GB/s in two with NTA and 34 in one with NTA; q8_0_dot 25
 /// against 17. At two positions one pass read 19.6 GB/s against 23.1 for two passes with T1 (registers run
 /// short), and with three digits (`quantized`) the forward's products took 2.4 ms against 2.0-2.3.
+/// On the Zen 3 of 2026-12-06 (AMD family 25, model 1, the CPU these kernels are for; SmolLM2 forwards at
+/// context 256, 2 threads, alternating round by round in one process, medians of 25 forwards a round, 10-12
+/// rounds) one pass took quantized_dot to 0.879x the time of two at 2 positions with the weights evicted before
+/// each forward (two runs) and 0.859x back to back, but 1.035x at 3 positions and 1.094x at 4 (evicted); two
+/// passes at one position took 1.086x (evicted) and 1.115x (back to back). So one pass at 1 and 2 positions.
 template <PanelEncoding Type, int Digits, int P>
 void panel_kernel_qdot_avx2(const MatmulOutput& out, std::size_t panel, const std::byte* xq) {
-  if constexpr (Digits == 1 && P == 1) {
+  if constexpr (Digits == 1 && P <= 2) {
     halves_kernel_qdot_avx2<Type, Digits, P, 2>(out, panel, 0, xq);
   } else {
     halves_kernel_qdot_avx2<Type, Digits, P, 1>(out, panel, 0, xq);
