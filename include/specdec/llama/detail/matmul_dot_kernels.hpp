@@ -756,7 +756,8 @@ void halves_kernel_qdot_avx2(const MatmulOutput& out, std::size_t panel, int fir
 /// context 256, 2 threads, alternating round by round in one process, medians of 25 forwards a round, 10-12
 /// rounds) one pass took quantized_dot to 0.879x the time of two at 2 positions with the weights evicted before
 /// each forward (two runs) and 0.859x back to back, but 1.035x at 3 positions and 1.094x at 4 (evicted); two
-/// passes at one position took 1.086x (evicted) and 1.115x (back to back). So one pass at 1 and 2 positions.
+/// passes at one position took 1.086x (evicted) and 1.115x (back to back). So one pass at 1 and 2 positions,
+/// the forwards outweighing the single matrix read on the proxy above; AVX2-only Intel CPUs were not measured.
 template <PanelEncoding Type, int Digits, int P>
 void panel_kernel_qdot_avx2(const MatmulOutput& out, std::size_t panel, const std::byte* xq) {
   if constexpr (Digits == 1 && P <= 2) {

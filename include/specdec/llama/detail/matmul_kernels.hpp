@@ -46,7 +46,8 @@ inline std::uint64_t next_call(std::uint64_t count = 1) {
 
 /// The x86 CPU's vendor and family as cpuid reports them (the family: the base family, plus the extended family
 /// where the base is 15; AMD's Zen 3 and Zen 4 are family 25, Zen 5 is 26), and whether it reports AVX-512
-/// Foundation (cpuid leaf 7, whatever this build uses: within family 25 Zen 4 has it and Zen 3 does not);
+/// Foundation (cpuid leaf 7, whatever instructions this build uses: within family 25 Zen 4 has it and Zen 3 does
+/// not; a Zen 4 whose hypervisor hides AVX-512 counts as a Zen 3 then, which changes speed, never the bits);
 /// {false, 0, false} where unknown.
 struct CpuFamily {
   bool amd = false;
@@ -155,11 +156,11 @@ inline bool single_stream_step(std::size_t positions) { return positions <= 2 &&
 /// Positions up to which the AVX2 float kernels (f32, bf16, bf16_dot) ask for nothing ahead where they take
 /// steps of several panels (where single_stream_step is false), leaving those panels' streams to the hardware
 /// prefetcher: 1 on AMD family 25, 0 elsewhere (on a Zen 4 single_stream_steps covers 1 and 2 positions, so
-/// this counts on a Zen 3 only). On the Zen 3 of 2026-12-06 (as for single_stream_steps, 10-16 rounds, four
+/// this counts on a Zen 3 only). On the Zen 3 of 2026-12-06 (as for single_stream_steps, 8-16 rounds, four
 /// runs, one without the eviction) asking for nothing took bf16 to 0.95-0.99x the time of asking at one
 /// position, bf16_dot 0.93-0.98x and f32 0.93-0.95x, but at 2 positions bf16 to 1.03x and bf16_dot to 1.06x
-/// (f32 0.94x), so 2 positions ask. Not measured elsewhere. The bits do not change. Read by every call, like
-/// requests_into_l2.
+/// (f32 0.94x), so 2 positions ask (one rule for the three formats). Not measured elsewhere. The bits do not
+/// change. Read by every call, like requests_into_l2.
 inline std::size_t quiet_float_positions_avx2 = amd_family(25) ? 1 : 0;
 
 /// Lines of each of its panels' own weights ahead of those it reads at which an AVX-512 float kernel step of 1 or
