@@ -20,6 +20,13 @@
 #include <type_traits>
 #include <vector>
 
+#if defined(__linux__)
+#include <pthread.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#endif
+
 #include "specdec/llama/detail/attention.hpp"
 #include "specdec/llama/matmul.hpp"
 
@@ -250,6 +257,67 @@ TEST_CASE("tasks run together each get a thread, wait for each other at every st
       }
     }
 }
+
+#if defined(__linux__) && !defined(__SANITIZE_ADDRESS__)  // AddressSanitizer reserves terabytes of address space
+/// In a child process whose address space is capped `room` thread stacks above its current size: constructs a
+/// pool of 4 threads and returns how many it said it started (the error's "could start only K of 4"), 0 if it
+/// started them all, -1 for any other outcome. The child's exit code carries the result back.
+int threads_started_under_cap(int room) {
+  const pid_t child = fork();
+  if (child < 0) return -2;
+  if (child == 0) {
+    alarm(60);  // a hang ends the child with SIGALRM, which the parent reports as a failure
+    // Threads' stacks of 32 MiB: glibc reuses a cached stack (one that earlier threads of this process left)
+    // only if it is at least as large, so every stack here is a new mapping that the cap counts.
+    const std::size_t stack = std::size_t{32} << 20;
+    pthread_attr_t attr;
+    if (pthread_attr_init(&attr) != 0 || pthread_attr_setstacksize(&attr, stack) != 0 ||
+        pthread_setattr_default_np(&attr) != 0)
+      _exit(200);
+    long vm_kib = -1;
+    if (std::FILE* f = std::fopen("/proc/self/status", "r")) {
+      char line[256];
+      while (std::fgets(line, sizeof line, f))
+        if (std::sscanf(line, "VmSize: %ld kB", &vm_kib) == 1) break;
+      std::fclose(f);
+    }
+    if (vm_kib <= 0) _exit(201);
+    // Room for `room` stacks and their guard pages, plus 1 MiB for the allocations along the way.
+    const rlim_t cap = static_cast<rlim_t>(vm_kib) * 1024 + static_cast<rlim_t>(room) * (stack + (64 << 10)) +
+                       (1 << 20);
+    const rlimit limit{cap, cap};
+    if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(202);
+    try {
+      ThreadPool pool(4);
+      _exit(0);
+    } catch (const specdec::Error& e) {
+      int started = -1, wanted = -1;
+      if (std::sscanf(e.what(), "thread pool could start only %d of %d threads", &started, &wanted) == 2 &&
+          wanted == 4)
+        _exit(started);
+      _exit(203);
+    } catch (...) {
+      _exit(204);
+    }
+  }
+  int status = 0;
+  if (waitpid(child, &status, 0) != child || !WIFEXITED(status)) return -1;
+  const int code = WEXITSTATUS(status);
+  return code <= 4 ? code : -1;
+}
+
+TEST_CASE("a pool that cannot start all its threads joins those it started and says how many", "[kernels]") {
+  // Without room for a thread's stack no worker starts; with room for one or two, those that started are
+  // joined before the error (a joinable std::thread destroyed would terminate the child instead).
+  REQUIRE(threads_started_under_cap(0) == 1);
+  for (int room : {1, 2}) {
+    CAPTURE(room);
+    const int started = threads_started_under_cap(room);
+    REQUIRE(started >= 2);
+    REQUIRE(started <= 3);
+  }
+}
+#endif
 
 TEST_CASE("a thread blocked on a Signal wakes at its next advance, and an advance with none blocked makes no call",
           "[kernels]") {
