@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cassert>
+#include <cstddef>
 #include <iomanip>
 #include <limits>
 #include <sstream>
@@ -21,28 +22,55 @@ struct Error : std::runtime_error {
 
 namespace detail {
 
-/// `text` with its ASCII control bytes (0x00-0x1f and 0x7f) written as escapes (\n, \t, \r, \xNN), so that a
-/// message quoting a file's strings or a command line's arguments stays on one line and carries no ASCII escape
-/// sequence to a terminal. Other bytes pass as they are.
+/// Bytes of the well-formed UTF-8 character at s[i] (Unicode's table 3-7: no overlong forms, no surrogates,
+/// nothing above U+10FFFF), or 0. requires: i < s.size().
+inline std::size_t utf8_character(std::string_view s, std::size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) return 1;
+  const std::size_t length = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+  if (length == 0 || i + length > s.size()) return 0;
+  const auto second = static_cast<unsigned char>(s[i + 1]);
+  // The second byte's range narrows after E0 (no overlong), ED (no surrogates), F0 (no overlong), F4 (<= 10FFFF).
+  const unsigned char low = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+  const unsigned char high = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+  if (second < low || second > high) return 0;
+  for (std::size_t j = 2; j < length; ++j)
+    if ((static_cast<unsigned char>(s[i + j]) & 0xC0) != 0x80) return 0;
+  return length;
+}
+
+/// `text` with its control characters written as escapes (\n, \t, \r, else \xNN for each byte), so that a message
+/// quoting a file's strings or a command line's arguments stays on one line and carries no escape sequence to a
+/// terminal: the ASCII controls (0x00-0x1f, 0x7f), the C1 controls (U+0080-U+009F, whose U+009B a terminal may
+/// take as the start of a sequence), and every byte that does not start a well-formed UTF-8 character. Other
+/// characters pass as they are.
 inline std::string escape_controls(std::string_view text) {
   std::string out;
   out.reserve(text.size());
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte >= 0x20 && byte != 0x7f) {
-      out += c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else {
-      constexpr char hex[] = "0123456789abcdef";
-      out += "\\x";
-      out += hex[byte >> 4];
-      out += hex[byte & 15];
+  const auto escape = [&out](unsigned char byte) {
+    constexpr char hex[] = "0123456789abcdef";
+    out += "\\x";
+    out += hex[byte >> 4];
+    out += hex[byte & 15];
+  };
+  for (std::size_t i = 0; i < text.size();) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    const std::size_t length = utf8_character(text, i);
+    if (length == 0) {
+      escape(byte);
+      ++i;
+      continue;
     }
+    const bool c1 = byte == 0xC2 && static_cast<unsigned char>(text[i + 1]) <= 0x9F;
+    if (byte == '\n') out += "\\n";
+    else if (byte == '\t') out += "\\t";
+    else if (byte == '\r') out += "\\r";
+    else if (byte < 0x20 || byte == 0x7f) escape(byte);
+    else if (c1) {
+      escape(byte);
+      escape(static_cast<unsigned char>(text[i + 1]));
+    } else out.append(text.substr(i, length));
+    i += length;
   }
   return out;
 }

@@ -477,6 +477,18 @@ TEST_CASE("an error that quotes the file's text escapes its control bytes, so it
                       "test.gguf: key 'line\\nbreak\\x1b[2J\\x7f' has type string, expected an integer");
 }
 
+TEST_CASE("an error escapes C1 controls and bytes that are not UTF-8, and keeps well-formed characters", "[gguf]") {
+  // U+009B (C1 CSI, which some terminals take as ESC [), a lone continuation byte, a truncated 3-byte character,
+  // an overlong '/', a surrogate; then é, €, 𝄞 and U+00A0, which stay.
+  const std::string key = "a\xc2\x9b" "2Jb\x80" "c\xe2\x82" "d\xc0\xaf" "e\xed\xa0\x80"
+                          "f\xc3\xa9\xe2\x82\xac\xf0\x9d\x84\x9e\xc2\xa0";
+  GgufWriter w;
+  w.add_string(key, "x");
+  const File f = parse(w.finish());
+  REQUIRE_THROWS_WITH(f.get_uint(key), "test.gguf: key 'a\\xc2\\x9b2Jb\\x80c\\xe2\\x82d\\xc0\\xafe\\xed\\xa0\\x80f"
+                                       "\xc3\xa9\xe2\x82\xac\xf0\x9d\x84\x9e\xc2\xa0' has type string, expected an integer");
+}
+
 TEST_CASE("metadata getters name the key and the expected type", "[gguf]") {
   GgufWriter w;
   w.add_string("s", "x");
