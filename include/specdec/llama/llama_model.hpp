@@ -656,9 +656,9 @@ class Transformer {
   /// per_head (one run: n <= attention_span()) each task first applies RoPE to its query heads and its kv head's
   /// keys and stores that kv head's new keys and values (with parts, the head's first part does, for them all),
   /// which the caller otherwise does for all heads before: the thread that reads a head's transposed keys then
-  /// also wrote them (a new key touches head_dim cache lines). Against the caller's
-  /// stores, quantized_dot forwards of one position took 0.995x the time while the two vCPUs shared an L3 and
-  /// 0.989x while they did not (medians of 66 and 14 rounds, alternating call by call, 2026-12-02).
+  /// also wrote them (a new key touches head_dim cache lines). Against the caller's stores, quantized_dot
+  /// forwards of one position took 0.995x the time while the two vCPUs shared an L3 and 0.989x while they did
+  /// not (medians of 66 and 14 rounds, alternating call by call, 2026-12-02).
   template <class Cache, class T>
   void attention(Cache& kv, KeyBlocks<T>& keys_t, std::size_t layer, std::size_t start, std::size_t n, bool per_head) {
     // One part per kv head here, so no task waits for another: parallel_for may leave a task that stores a head
@@ -694,8 +694,8 @@ class Transformer {
       rope_and_store_head(kv, keys_t, layer, g, start, n);
     } else if (per_head) {  // part 0 was claimed before this one (by a thread of run_blocks_together, which runs
                             // it at once), and stores the head first thing
-      for (int spins = 0; !stored[g].load(std::memory_order_acquire); ++spins) {
-        if (spins < 4096) detail::cpu_relax();
+      for (unsigned spins = 0; !stored[g].load(std::memory_order_acquire); ++spins) {
+        if (spins < detail::yield_after_polls) detail::cpu_relax();
         else std::this_thread::yield();  // its thread may have been descheduled
       }
     }

@@ -57,6 +57,10 @@ namespace specdec::llama {
 
 namespace detail {
 
+/// Polls of a wait for another thread after which each poll gives the core up instead of pausing: past a few
+/// thousand (tens of µs) the awaited thread is likely not running (more threads than free cores).
+inline constexpr unsigned yield_after_polls = 4096;
+
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
   _mm_pause();
@@ -401,7 +405,7 @@ class StepBarrier {
         // Past a few thousand polls (tens of µs) the other task's thread is likely not running (more threads
         // than free cores): give the core up in each poll, so that it may run here. Before that, a poll asks
         // for some of `ahead` in place of the pause while any is left.
-        if (++spins >= yield_after) std::this_thread::yield();
+        if (++spins >= detail::yield_after_polls) std::this_thread::yield();
         else if (ahead.request(lines_per_poll) == 0) detail::cpu_relax();
       }
     if (aborted_.load(std::memory_order_acquire)) throw Aborted{};
@@ -411,7 +415,6 @@ class StepBarrier {
   void abort() { aborted_.store(true, std::memory_order_release); }
 
  private:
-  static constexpr unsigned yield_after = 4096;
   static constexpr std::size_t lines_per_poll = 4;  // 8 and 16 were no better in every format (Xeon, 2026-12-05)
   struct alignas(64) Count {
     std::atomic<std::uint64_t> steps{0};  // steps this task has finished; written by its task only

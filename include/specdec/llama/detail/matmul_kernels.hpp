@@ -76,10 +76,7 @@ inline bool amd_family(unsigned family) {
 }
 
 /// Whether this is AMD's Zen 4: family 25 with AVX-512 (Zen 3, family 25 too, has none).
-inline bool amd_zen4() {
-  const CpuFamily cpu = cpu_family();
-  return cpu.amd && cpu.family == 25 && cpu.avx512f;
-}
+inline bool amd_zen4() { return amd_family(25) && cpu_family().avx512f; }
 
 /// Whether the AVX-512 kernels ask for the next panels into L2 (the hint T1) rather than with the non-temporal
 /// hint (NTA): the float kernels (f32, bf16, bf16_dot) for their next step's panels (see panel_ahead), the block
