@@ -1037,7 +1037,7 @@ TEMPLATE_TEST_CASE("grouped attention: the AVX-512 kernel and the portable path 
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (std::size_t d : {std::size_t{64}, std::size_t{128}, std::size_t{256}, std::size_t{20}}) {
-    for (std::size_t heads : {std::size_t{1}, std::size_t{3}, std::size_t{6}}) {
+    for (std::size_t heads : {std::size_t{1}, std::size_t{3}, std::size_t{5}, std::size_t{6}}) {
       for (std::size_t keys : {std::size_t{1}, std::size_t{15}, std::size_t{16}, std::size_t{37}, std::size_t{200}}) {
         const std::size_t blocks = (keys + key_block - 1) / key_block, stride = blocks * key_block;
         std::vector<float> q(heads * d);
@@ -1092,7 +1092,7 @@ TEMPLATE_TEST_CASE("grouped attention over several positions gives each position
   std::mt19937 rng(12);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (std::size_t d : {std::size_t{64}, std::size_t{20}}) {
-    for (std::size_t heads : {std::size_t{1}, std::size_t{3}, std::size_t{6}}) {
+    for (std::size_t heads : {std::size_t{1}, std::size_t{3}, std::size_t{5}, std::size_t{6}}) {
       for (std::size_t positions : {std::size_t{2}, std::size_t{3}, std::size_t{5}}) {
         for (std::size_t keys : {std::size_t{1}, std::size_t{15}, std::size_t{37}, std::size_t{200}}) {
           const std::size_t total = keys + positions - 1, blocks = (total + key_block - 1) / key_block;

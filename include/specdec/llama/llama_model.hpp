@@ -729,28 +729,34 @@ class Transformer {
 
   /// Positions per attention task: as many as fill one pass of the AVX-512 kernel (6 rows) with the query heads
   /// that share a kv head, so that a pass reads each key and value once for them all. One without AVX-512, whose
-  /// kernels pass once per row: there two positions per task would only halve the tasks that balance the threads.
-  /// SmolLM2 (3 heads per kv head), context 318, 2 threads, alternating call by call: 2 positions per task took
-  /// the attention stage from 0.72 to 0.61-0.62 ms at 5 positions and from 1.22-1.23 to 1.03-1.05 at 9.
+  /// kernels pass once per position (AVX2) or row: there two positions per task would only halve the tasks that
+  /// balance the threads. SmolLM2 (3 heads per kv head), context 318, 2 threads, alternating call by call: 2
+  /// positions per task took the attention stage from 0.72 to 0.61-0.62 ms at 5 positions and from 1.22-1.23 to
+  /// 1.03-1.05 at 9.
   std::size_t attention_span() const {
     const LlamaConfig& c = config();
-    return std::max<std::size_t>(1, rows_per_pass / (c.heads / c.kv_heads));
+    return passes_span_positions ? std::max<std::size_t>(1, rows_per_pass / (c.heads / c.kv_heads)) : 1;
   }
 
   /// Attention tasks per kv head in a forward of n positions: where n takes one run, the kernels pass once per
-  /// row (without AVX-512), run_blocks_together runs the forward and the kv heads do not divide evenly between
-  /// its threads, one per query head, so that a task of three heads does not cost three of one (SmolLM2's 3 kv
-  /// heads on 2 threads left one thread idle for a third of the stage); else 1 (one per run of positions, and a
-  /// pass reads each key once for all the heads). Also 1 where a head's quantised output blocks would not be
+  /// row (the portable path, which AVX2 builds also take for a head_dim not a multiple of 64),
+  /// run_blocks_together runs the forward and the kv heads do not divide evenly between its threads, one per
+  /// query head, so that a task of three heads does not cost three of one (SmolLM2's 3 kv heads on 2 threads left
+  /// one thread idle for a third of the stage); else 1 (one per run of positions, and a pass reads each key once
+  /// for all the heads). Also 1 where a head's quantised output blocks would not be
   /// whole (head_dim not a multiple of 32). On a 2-core Zen 3 (2026-12-06; SmolLM2, context 256, 2 threads, the
-  /// weights evicted before each forward, alternating round by round in one process) the one-position attention
-  /// stage took 0.79-0.90x the time in every format, the forward 0.96-0.98x in quantized_dot (six runs),
-  /// quantized (two) and bf16 (one), 1.00x in bf16_dot (one), 1.00-1.02x in f32 (two); without the eviction
-  /// quantized_dot 0.99-1.03x: the thread that idled in the stage had asked for W_o's weights
-  /// (docs/measurements.md, the last part).
+  /// weights evicted before each forward, alternating round by round in one process), while the AVX2 kernels
+  /// passed once per row, the one-position attention stage took 0.79-0.90x the time in every format, the
+  /// forward 0.96-0.98x in quantized_dot (six runs), quantized (two) and bf16 (one), 1.00x in bf16_dot (one),
+  /// 1.00-1.02x in f32 (two); without the eviction quantized_dot 0.99-1.03x: the thread that idled in the stage
+  /// had asked for W_o's weights. Once they passed once for a position's three heads, whole kv heads took
+  /// 0.95-1.00x the time of the split in quantized_dot (six runs; the stage 0.81-0.88x in the three that timed
+  /// it), 0.98-0.99x in quantized (two), 1.00-1.01x in bf16 (two), 0.99x in bf16_dot and 1.00x in f32 (one
+  /// each), so AVX2 no longer splits (docs/measurements.md, the last parts).
   std::size_t attention_parts(std::size_t n) const {
     const LlamaConfig& c = config();
-    const bool split = n <= attention_span() && rows_per_pass == 1 && c.head_dim % quant_block == 0 && together_ &&
+    const bool once_per_row = rows_per_pass == 1 || (!passes_span_positions && !vector_attention(c.head_dim));
+    const bool split = n <= attention_span() && once_per_row && c.head_dim % quant_block == 0 && together_ &&
                        c.kv_heads % pool_->threads() != 0;
     return split ? c.heads / c.kv_heads : 1;
   }

@@ -118,7 +118,8 @@ inline void swiglu(float* gate, const float* up, std::size_t n) {
 // ---------------------------------------------------------------------------------------------------------
 // Attention of the query heads that share one kv head (grouped-query attention), at one or more consecutive
 // positions. A row is one (position, head); the AVX-512 kernel passes over the keys and values once for up to 6
-// rows, and each row's arithmetic is the same whether it shares a pass or not.
+// rows, the AVX2 kernel for up to 3 heads of one position, and each row's arithmetic is the same whether it
+// shares a pass or not.
 //
 // Keys are read from a transposed copy in blocks of 16 positions, [block][head_dim][16], so that 16 scores
 // come out of plain vector FMAs with no horizontal sum; values are rows [position, head_dim]. Keys and values
@@ -138,12 +139,30 @@ inline void swiglu(float* gate, const float* up, std::size_t n) {
 inline constexpr std::size_t key_block = 16;  // positions per block of the transposed keys
 inline constexpr std::size_t max_attention_rows = 64;  // heads × positions of one attend_group call, at most
 inline constexpr std::size_t max_head_dim = 256;  // the AVX-512 kernel's limit (the portable path has none)
-/// Rows that one pass of the vector kernel serves with each key and value it loads (1: a pass per row).
+/// Rows that one pass of the vector kernel serves with each key and value it loads, at most: with AVX-512 rows of
+/// any positions, with AVX2 heads of one position (for_head_passes_avx2); 1 on the portable path (a pass per row).
 #if defined(__AVX512F__)
 inline constexpr std::size_t rows_per_pass = 6;
+inline constexpr bool passes_span_positions = true;
+#elif defined(SPECDEC_ATTENTION_AVX2)
+inline constexpr std::size_t rows_per_pass = 3;
+inline constexpr bool passes_span_positions = false;
 #else
 inline constexpr std::size_t rows_per_pass = 1;
+inline constexpr bool passes_span_positions = false;
 #endif
+
+/// Whether attend_group takes the vector kernel for head_dim d (else the portable path, a pass per row).
+inline bool vector_attention(std::size_t d) {
+#if defined(__AVX512F__)
+  return d % 64 == 0 && d <= max_head_dim;
+#elif defined(SPECDEC_ATTENTION_AVX2)
+  return d % 64 == 0;
+#else
+  (void)d;
+  return false;
+#endif
+}
 
 inline std::size_t score_chains(std::size_t d) { return d % 4 == 0 ? 4 : 1; }
 
@@ -504,6 +523,43 @@ inline __m256 load8(const std::int8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 
+/// Key block b (of `blocks`) of a's transposed keys for the AVX2 score kernels, and the lines they ask for ahead
+/// (see row_scores_avx2): the same columns of the next block (for the last block, its own) and this block's
+/// values.
+template <class T>
+struct KeyBlockAvx2 {
+  const T* keys;
+  const T* next;
+  std::uintptr_t values;
+
+  KeyBlockAvx2(const AttentionGroup<T>& a, std::size_t b, std::size_t blocks)
+      : keys(a.keys_t + b * a.d * key_block), next(b + 1 < blocks ? keys + a.d * key_block : keys),
+        values(reinterpret_cast<std::uintptr_t>(a.values + b * key_block * a.d)) {}
+  /// Keys 8·half.. of column col, as floats.
+  SPECDEC_ALWAYS_INLINE __m256 load(std::size_t col, int half) const { return load8(keys + col * key_block + 8 * half); }
+  /// Asks, into L2, for column col of the next block.
+  SPECDEC_ALWAYS_INLINE void ask(std::size_t col) const {
+    _mm_prefetch(reinterpret_cast<const char*>(next + col * key_block), _MM_HINT_T1);
+  }
+  /// Asks, into L2, for column col of the next block and the values' line `line` from this block's.
+  SPECDEC_ALWAYS_INLINE void ask(std::size_t col, std::size_t line) const {
+    ask(col);
+    _mm_prefetch(reinterpret_cast<const char*>(values + line * 64), _MM_HINT_T1);
+  }
+};
+
+/// Stores row r's scores of keys b·16 + 8·half.. from its four chains: ((acc[0] + acc[1]) + (acc[2] + acc[3])),
+/// times the keys' row scales with row scales, times scale.
+template <class T>
+SPECDEC_ALWAYS_INLINE void store_scores_avx2(const AttentionGroup<T>& a, std::size_t r, std::size_t b, int half,
+                                             const __m256 (&acc)[4], __m256 scale) {
+  __m256 total = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+  // The last block's scales past the keys may be stale or unset: those scores are never read.
+  if constexpr (AttentionGroup<T>::scaled)
+    total = _mm256_mul_ps(total, _mm256_loadu_ps(a.key_scales + b * key_block + 8 * half));
+  _mm256_storeu_ps(a.score_row(r) + b * key_block + 8 * half, _mm256_mul_ps(total, scale));
+}
+
 /// Scores of one row for all its keys, 16 keys per step as two 8-lane halves (4 chains each: 8 accumulators,
 /// so one row at a time fits AVX2's 16 registers). requires: d % 4 == 0.
 /// In a group of at most 5 positions each column's load asks, into L2, for the same column of the next block and
@@ -520,50 +576,100 @@ void row_scores_avx2(const AttentionGroup<T>& a, std::size_t r) {
   const __m256 scale = _mm256_set1_ps(a.scale);
   const bool ask = a.positions <= 5;
   for (std::size_t b = 0; b < blocks; ++b) {
-    const T* block = a.keys_t + b * a.d * key_block;
-    const T* next = b + 1 < blocks ? block + a.d * key_block : block;
-    const std::uintptr_t values = reinterpret_cast<std::uintptr_t>(a.values + b * key_block * a.d);
-    __m256 acc[4][2];
+    const KeyBlockAvx2<T> block(a, b, blocks);
+    __m256 acc[2][4];
     SPECDEC_UNROLL for (int m = 0; m < 4; ++m) {
-      const T* k = block + m * part * key_block;
-      if (ask) _mm_prefetch(reinterpret_cast<const char*>(next + m * part * key_block), _MM_HINT_T1);
+      if (ask) block.ask(m * part);
       const __m256 qv = _mm256_set1_ps(q[m * part]);
-      SPECDEC_UNROLL for (int half = 0; half < 2; ++half) acc[m][half] = _mm256_mul_ps(qv, load8(k + 8 * half));
+      SPECDEC_UNROLL for (int half = 0; half < 2; ++half) acc[half][m] = _mm256_mul_ps(qv, block.load(m * part, half));
     }
     for (std::size_t c = 1; c < part; ++c)
       SPECDEC_UNROLL for (int m = 0; m < 4; ++m) {
         const std::size_t col = m * part + c;
-        if (ask) {
-          _mm_prefetch(reinterpret_cast<const char*>(next + col * key_block), _MM_HINT_T1);
-          _mm_prefetch(reinterpret_cast<const char*>(values + (c * 4 + m) * 64), _MM_HINT_T1);
-        }
+        if (ask) block.ask(col, c * 4 + m);
         const __m256 qv = _mm256_set1_ps(q[col]);
         SPECDEC_UNROLL for (int half = 0; half < 2; ++half)
-          acc[m][half] = _mm256_fmadd_ps(qv, load8(block + col * key_block + 8 * half), acc[m][half]);
+          acc[half][m] = _mm256_fmadd_ps(qv, block.load(col, half), acc[half][m]);
       }
+    SPECDEC_UNROLL for (int half = 0; half < 2; ++half) store_scores_avx2(a, r, b, half, acc[half], scale);
+  }
+}
+
+/// Scores of H rows r0.. of one position (2 <= H <= 3) for all their keys, as row_scores_avx2 computes each,
+/// but the two 8-lane halves of a step one after the other (4 chains per row and half: 4·H accumulators, which
+/// fit AVX2's 16 registers), each key column loaded and widened once for all H rows; it asks for the same lines
+/// as row_scores_avx2, in the first half. requires: d % 4 == 0.
+template <int H, class T>
+void group_scores_avx2(const AttentionGroup<T>& a, std::size_t r0) {
+  const std::size_t part = a.d / 4, blocks = (a.row_keys(r0) + key_block - 1) / key_block;
+  const float* q[H];
+  SPECDEC_UNROLL for (int h = 0; h < H; ++h) q[h] = a.q_row(r0 + h);
+  const __m256 scale = _mm256_set1_ps(a.scale);
+  const bool ask = a.positions <= 5;
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const KeyBlockAvx2<T> block(a, b, blocks);
     SPECDEC_UNROLL for (int half = 0; half < 2; ++half) {
-      __m256 total = _mm256_add_ps(_mm256_add_ps(acc[0][half], acc[1][half]), _mm256_add_ps(acc[2][half], acc[3][half]));
-      if constexpr (AttentionGroup<T>::scaled)
-        total = _mm256_mul_ps(total, _mm256_loadu_ps(a.key_scales + b * key_block + 8 * half));
-      _mm256_storeu_ps(a.score_row(r) + b * key_block + 8 * half, _mm256_mul_ps(total, scale));
+      const bool asks = ask && half == 0;
+      __m256 acc[H][4];
+      SPECDEC_UNROLL for (int m = 0; m < 4; ++m) {
+        if (asks) block.ask(m * part);
+        const __m256 k = block.load(m * part, half);
+        SPECDEC_UNROLL for (int h = 0; h < H; ++h) acc[h][m] = _mm256_mul_ps(_mm256_set1_ps(q[h][m * part]), k);
+      }
+      for (std::size_t c = 1; c < part; ++c)
+        SPECDEC_UNROLL for (int m = 0; m < 4; ++m) {
+          const std::size_t col = m * part + c;
+          if (asks) block.ask(col, c * 4 + m);
+          __m256 k = block.load(col, half);
+          SPECDEC_IN_REGISTER(k);  // widened once for all rows
+          SPECDEC_UNROLL for (int h = 0; h < H; ++h)
+            acc[h][m] = _mm256_fmadd_ps(_mm256_set1_ps(q[h][col]), k, acc[h][m]);
+        }
+      SPECDEC_UNROLL for (int h = 0; h < H; ++h) store_scores_avx2(a, r0 + h, b, half, acc[h], scale);
     }
   }
 }
 
-/// Output row r for 64 columns at c0: per element an fma chain over the row's keys in order.
-template <class T>
-void row_values_avx2(const AttentionGroup<T>& a, std::size_t r, std::size_t c0, float inverse) {
-  __m256 acc[8];
-  SPECDEC_UNROLL for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
-  const float* p = a.score_row(r);
-  for (std::size_t j = 0; j < a.row_keys(r); ++j) {
+/// Output rows r0.. of one position (H <= 3) for 8·V columns at c0 (H·V accumulators): per element an fma chain
+/// over the rows' keys in order, each value loaded and widened once for all H rows.
+template <int H, int V, class T>
+void group_values_avx2(const AttentionGroup<T>& a, std::size_t r0, std::size_t c0, const float* inverse) {
+  __m256 acc[H][V];
+  SPECDEC_UNROLL for (int h = 0; h < H; ++h)
+    SPECDEC_UNROLL for (int i = 0; i < V; ++i) acc[h][i] = _mm256_setzero_ps();
+  const float* p[H];
+  SPECDEC_UNROLL for (int h = 0; h < H; ++h) p[h] = a.score_row(r0 + h);
+  for (std::size_t j = 0; j < a.row_keys(r0); ++j) {
     const T* row = a.values + j * a.d + c0;
-    const __m256 w = _mm256_set1_ps(p[j]);
-    SPECDEC_UNROLL for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(w, load8(row + 8 * i), acc[i]);
+    __m256 w[H];
+    SPECDEC_UNROLL for (int h = 0; h < H; ++h) w[h] = _mm256_set1_ps(p[h][j]);
+    SPECDEC_UNROLL for (int i = 0; i < V; ++i) {
+      __m256 v = load8(row + 8 * i);
+      SPECDEC_IN_REGISTER(v);
+      SPECDEC_UNROLL for (int h = 0; h < H; ++h) acc[h][i] = _mm256_fmadd_ps(w[h], v, acc[h][i]);
+    }
   }
-  float* out = a.out_row(r) + c0;
-  const __m256 inv = _mm256_set1_ps(inverse);
-  SPECDEC_UNROLL for (int i = 0; i < 8; ++i) _mm256_storeu_ps(out + 8 * i, _mm256_mul_ps(acc[i], inv));
+  SPECDEC_UNROLL for (int h = 0; h < H; ++h) {
+    float* out = a.out_row(r0 + h) + c0;
+    const __m256 inv = _mm256_set1_ps(inverse[r0 + h]);
+    SPECDEC_UNROLL for (int i = 0; i < V; ++i) _mm256_storeu_ps(out + 8 * i, _mm256_mul_ps(acc[h][i], inv));
+  }
+}
+
+/// Calls fn(r0, std::integral_constant<int, H>{}) for the rows of each of `positions` positions in passes of at
+/// most rows_per_pass (3) of its `heads` rows, as even as they come.
+template <class Fn>
+void for_head_passes_avx2(std::size_t heads, std::size_t positions, Fn&& fn) {
+  static_assert(rows_per_pass == 3);
+  const std::size_t passes = (heads + rows_per_pass - 1) / rows_per_pass;
+  for (std::size_t p = 0; p < positions; ++p)
+    for (std::size_t pass = 0, h0 = 0; pass < passes; ++pass) {
+      const std::size_t size = heads / passes + (pass < heads % passes ? 1 : 0), r0 = p * heads + h0;
+      if (size == 1) fn(r0, std::integral_constant<int, 1>{});
+      else if (size == 2) fn(r0, std::integral_constant<int, 2>{});
+      else fn(r0, std::integral_constant<int, 3>{});
+      h0 += size;
+    }
 }
 #endif
 
@@ -572,7 +678,7 @@ void row_values_avx2(const AttentionGroup<T>& a, std::size_t r, std::size_t c0, 
 template <class T>
 void attend_group(const AttentionGroup<T>& a, bool portable = false) {
 #if defined(__AVX512F__)
-  if (!portable && a.d % 64 == 0 && a.d <= max_head_dim) {
+  if (!portable && vector_attention(a.d)) {
     for_row_chunks<ScoreStep>(a.rows(), a);
     float inverse[max_attention_rows];
     softmax_rows(a, inverse);
@@ -581,13 +687,20 @@ void attend_group(const AttentionGroup<T>& a, bool portable = false) {
     return;
   }
 #elif defined(SPECDEC_ATTENTION_AVX2)
-  if (!portable && a.d % 64 == 0) {
-    for (std::size_t r = 0; r < a.rows(); ++r) row_scores_avx2(a, r);
+  if (!portable && vector_attention(a.d)) {
+    for_head_passes_avx2(a.heads, a.positions, [&](std::size_t r0, auto rows) {
+      if constexpr (decltype(rows)::value == 1) row_scores_avx2(a, r0);
+      else group_scores_avx2<decltype(rows)::value>(a, r0);
+    });
     float inverse[max_attention_rows];
     softmax_rows(a, inverse);
     scale_value_weights(a);
-    for (std::size_t r = 0; r < a.rows(); ++r)
-      for (std::size_t c0 = 0; c0 < a.d; c0 += 64) row_values_avx2(a, r, c0, inverse[r]);
+    // 64 columns a call for one head (8 chains), 32 for two or three (8 or 12): with 16 columns, three heads'
+    // 6 chains were bound by the FMA latency (3.8-4.0 µs a call in cache against 3.4-3.6).
+    for_head_passes_avx2(a.heads, a.positions, [&](std::size_t r0, auto rows) {
+      constexpr int H = decltype(rows)::value, V = H == 1 ? 8 : 4;
+      for (std::size_t c0 = 0; c0 < a.d; c0 += 8 * V) group_values_avx2<H, V>(a, r0, c0, inverse);
+    });
     return;
   }
 #endif
