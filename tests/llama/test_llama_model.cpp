@@ -97,7 +97,7 @@ struct TinyOptions {
   std::string bad_shape;         // a tensor name to write with a wrong shape
   std::vector<std::pair<std::string, std::uint64_t>> metadata = {};  // llama.* values written instead of the defaults
   std::uint32_t head_dim = 16;  // 64 (written as llama.attention.key_length) takes attention's vector kernels
-  std::uint32_t heads = 4, kv_heads = 2;
+  std::uint32_t heads = 4, kv_heads = 2;  // query heads over kv heads
 };
 
 TinyOptions separate_output(bool separate) { return TinyOptions{separate, "", ""}; }
@@ -106,7 +106,7 @@ TinyOptions misshaping(std::string name) { return TinyOptions{false, "", std::mo
 
 /// A random llama with SmolLM2's structure at toy size: 2 layers, 4 query heads over 2 kv heads of 16 dims
 /// (options.head_dim: of 64 dims, as SmolLM2's, where attention runs its vector kernels; 16 takes the portable
-/// path).
+/// path; options.heads and kv_heads for other counts).
 std::vector<std::byte> tiny_llama(const TinyOptions& options = {}) {
   const std::uint32_t vocab = 96, e = 64, layers = 2, heads = options.heads, kv_heads = options.kv_heads;
   const std::uint32_t head_dim = options.head_dim, ffn = 96;

@@ -334,7 +334,8 @@ class Transformer {
     const bool per_head = runs == 1;  // each attention task applies RoPE and stores its own kv head
     StepBarrier barrier(threads);
     const auto claimed = std::make_unique<std::atomic<std::size_t>[]>(layers_);  // attention tasks, per layer
-    const auto stored = std::make_unique<std::atomic<bool>[]>(layers_ * c.kv_heads);  // see attention_task
+    const auto stored = attention_parts(n) > 1 ? std::make_unique<std::atomic<bool>[]>(layers_ * c.kv_heads)
+                                               : nullptr;  // see attention_task
     const std::uint64_t calls = detail::next_call(4 * layers_);  // the products' numbers (see next_call)
     std::exception_ptr error;
     std::atomic<bool> failed{false};
@@ -397,7 +398,7 @@ class Transformer {
               mark(other);
             }
             for (std::size_t task; (task = claimed[l].fetch_add(1, std::memory_order_relaxed)) < attention_tasks(n);)
-              attention_task(kv, keys_t, l, start, n, task, per_head, slot, &stored[l * c.kv_heads]);
+              attention_task(kv, keys_t, l, start, n, task, per_head, slot, stored ? &stored[l * c.kv_heads] : nullptr);
           });
           barrier.wait(t, next_weights(o));
           mark(&ForwardProfile::attention);
@@ -739,7 +740,7 @@ class Transformer {
   }
 
   /// Attention tasks per kv head in a forward of n positions: where n takes one run, the kernels pass once per
-  /// row (the portable path, which AVX2 builds also take for a head_dim not a multiple of 64),
+  /// row (the portable build, and AVX2 builds for a head_dim not a multiple of 64; AVX-512 builds never split),
   /// run_blocks_together runs the forward and the kv heads do not divide evenly between its threads, one per
   /// query head, so that a task of three heads does not cost three of one (SmolLM2's 3 kv heads on 2 threads left
   /// one thread idle for a third of the stage); else 1 (one per run of positions, and a pass reads each key once
@@ -755,8 +756,8 @@ class Transformer {
   /// each), so AVX2 no longer splits (docs/measurements.md, the last parts).
   std::size_t attention_parts(std::size_t n) const {
     const LlamaConfig& c = config();
-    const bool once_per_row = rows_per_pass == 1 || (!passes_span_positions && !vector_attention(c.head_dim));
-    const bool split = n <= attention_span() && once_per_row && c.head_dim % quant_block == 0 && together_ &&
+    const bool row_passes = !passes_span_positions && !vector_attention(c.head_dim);  // see above
+    const bool split = n <= attention_span() && row_passes && c.head_dim % quant_block == 0 && together_ &&
                        c.kv_heads % pool_->threads() != 0;
     return split ? c.heads / c.kv_heads : 1;
   }

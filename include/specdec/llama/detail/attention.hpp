@@ -134,7 +134,8 @@ inline void swiglu(float* gate, const float* up, std::size_t n) {
 //          and a fixed tree;
 //   output: per element, fma over keys in order from zero of the weight e^(s − max) (times value_scale[j], one
 //          rounding, with row scales: scale_value_weights) and the value, then × 1/sum.
-// attend_group_portable and the AVX-512 kernel perform exactly these operations, so they give the same bits.
+// attend_group_portable and the AVX-512 and AVX2 kernels perform exactly these operations, so they give the same
+// bits.
 
 inline constexpr std::size_t key_block = 16;  // positions per block of the transposed keys
 inline constexpr std::size_t max_attention_rows = 64;  // heads × positions of one attend_group call, at most
@@ -528,15 +529,17 @@ inline __m256 load8(const std::int8_t* p) {
 /// values.
 template <class T>
 struct KeyBlockAvx2 {
-  const T* keys;
-  const T* next;
-  std::uintptr_t values;
+  const T* keys;          // this block: [d][16]
+  const T* next;          // the next block (this one for the last)
+  std::uintptr_t values;  // this block's 16 value rows, [16][d]
 
   KeyBlockAvx2(const AttentionGroup<T>& a, std::size_t b, std::size_t blocks)
       : keys(a.keys_t + b * a.d * key_block), next(b + 1 < blocks ? keys + a.d * key_block : keys),
         values(reinterpret_cast<std::uintptr_t>(a.values + b * key_block * a.d)) {}
   /// Keys 8·half.. of column col, as floats.
-  SPECDEC_ALWAYS_INLINE __m256 load(std::size_t col, int half) const { return load8(keys + col * key_block + 8 * half); }
+  SPECDEC_ALWAYS_INLINE __m256 load(std::size_t col, int half) const {
+    return load8(keys + col * key_block + 8 * half);
+  }
   /// Asks, into L2, for column col of the next block.
   SPECDEC_ALWAYS_INLINE void ask(std::size_t col) const {
     _mm_prefetch(reinterpret_cast<const char*>(next + col * key_block), _MM_HINT_T1);
@@ -560,8 +563,8 @@ SPECDEC_ALWAYS_INLINE void store_scores_avx2(const AttentionGroup<T>& a, std::si
   _mm256_storeu_ps(a.score_row(r) + b * key_block + 8 * half, _mm256_mul_ps(total, scale));
 }
 
-/// Scores of one row for all its keys, 16 keys per step as two 8-lane halves (4 chains each: 8 accumulators,
-/// so one row at a time fits AVX2's 16 registers). requires: d % 4 == 0.
+/// Scores of one row for all its keys, 16 keys per step as two 8-lane halves side by side (4 chains each: 8
+/// accumulators). requires: d % 4 == 0.
 /// In a group of at most 5 positions each column's load asks, into L2, for the same column of the next block and
 /// for a line of values (this block's and, for f16 and q8, the next's), as group_scores_avx512 does. Built for
 /// AVX2 and run on the Zen 4 of 2026-12-05 (forwards of SmolLM2 at context 256, 2 threads, quantized_dot,
@@ -601,6 +604,7 @@ void row_scores_avx2(const AttentionGroup<T>& a, std::size_t r) {
 /// as row_scores_avx2, in the first half. requires: d % 4 == 0.
 template <int H, class T>
 void group_scores_avx2(const AttentionGroup<T>& a, std::size_t r0) {
+  static_assert(H >= 2 && H <= 3);
   const std::size_t part = a.d / 4, blocks = (a.row_keys(r0) + key_block - 1) / key_block;
   const float* q[H];
   SPECDEC_UNROLL for (int h = 0; h < H; ++h) q[h] = a.q_row(r0 + h);
@@ -631,9 +635,10 @@ void group_scores_avx2(const AttentionGroup<T>& a, std::size_t r0) {
 }
 
 /// Output rows r0.. of one position (H <= 3) for 8·V columns at c0 (H·V accumulators): per element an fma chain
-/// over the rows' keys in order, each value loaded and widened once for all H rows.
+/// over the rows' keys in order, each value loaded and widened once for all H rows. requires: c0 + 8·V <= d.
 template <int H, int V, class T>
 void group_values_avx2(const AttentionGroup<T>& a, std::size_t r0, std::size_t c0, const float* inverse) {
+  static_assert(H >= 1 && H <= 3 && H * V <= 12);
   __m256 acc[H][V];
   SPECDEC_UNROLL for (int h = 0; h < H; ++h)
     SPECDEC_UNROLL for (int i = 0; i < V; ++i) acc[h][i] = _mm256_setzero_ps();
