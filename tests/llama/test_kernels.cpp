@@ -1025,7 +1025,7 @@ TEST_CASE("a q8 cache row: scale max|x|/127, each value within half a scale, tie
   REQUIRE((q[0] == 0 && q[1] == 64 && q[2] == -127));
 }
 
-TEMPLATE_TEST_CASE("grouped attention: the AVX-512 kernel and the portable path give the same bits, close to exact",
+TEMPLATE_TEST_CASE("grouped attention: the vector kernels and the portable path give the same bits, close to exact",
                    "[kernels]", float, std::uint16_t, std::int8_t) {
   // TestType: the stored keys' and values' element (std::uint16_t: half-precision bits, KvFormat::f16;
   // std::int8_t: integers with a scale per row, KvFormat::q8). The exact result is computed from the stored
