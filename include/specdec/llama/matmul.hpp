@@ -13,7 +13,7 @@
 #include <cstddef>
 #include <span>
 
-#include "specdec/llama/detail/matmul_dot_kernels.hpp"
+#include "specdec/llama/detail/matmul_dispatch.hpp"
 #include "specdec/llama/packed_matrix.hpp"
 #include "specdec/llama/thread_pool.hpp"
 

@@ -1,5 +1,4 @@
-// specdec/llama/detail/compiler.hpp — compiler hints shared by the kernels (matmul_kernels.hpp,
-// matmul_dot_kernels.hpp, attention.hpp).
+// specdec/llama/detail/compiler.hpp — compiler hints shared by the kernels (matmul_*.hpp, attention_*.hpp).
 #pragma once
 
 #include "specdec/detail/quiet_warnings.hpp"  // SPECDEC_AVX512_WARNINGS_OFF / _ON
