@@ -1,5 +1,6 @@
 // specdec/llama/llama_weights.hpp — llama hyperparameters and the immutable, shareable packed weights.
-// Entry points: LlamaConfig::from_gguf, LlamaWeights::load. Read next: llama_model.hpp (the forward pass).
+// Entry points: LlamaConfig::from_gguf, LlamaWeights::load. Read next: llama_model.hpp, detail/transformer.hpp
+// (the forward pass).
 #pragma once
 
 #include <array>

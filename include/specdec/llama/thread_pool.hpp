@@ -13,8 +13,8 @@
 // alternating call by call, 2026-12-02.
 //
 // run_together and StepBarrier serve a longer job instead: one task per thread, all running at once and
-// waiting for each other between steps (the layers of a forward of up to 16 positions, llama_model.hpp), which saves the
-// job's hand-over at each step.
+// waiting for each other between steps (the layers of a forward of up to 16 positions, detail/transformer.hpp),
+// which saves the job's hand-over at each step.
 #pragma once
 
 #include <algorithm>
