@@ -1,5 +1,6 @@
 // specdec/llama/matmul.hpp — the one batch-invariant matrix kernel: y = W·x for 1..n positions at once.
-// Entry point: matmul. Read first: packed_matrix.hpp (weight layouts). Read next: llama_model.hpp.
+// Entry point: matmul. Read first: packed_matrix.hpp (weight layouts). Read next: detail/matmul_dispatch.hpp
+// (which kernel runs), detail/transformer.hpp (the forward pass that calls it).
 //
 // Batch invariance: y[p, r] = Σ_k W[r, k]·x[p, k] is accumulated in one register lane per (row, position), from
 // zero, in a fixed order that depends only on the encoding: one fused multiply-add per k for the float

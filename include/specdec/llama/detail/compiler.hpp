@@ -1,4 +1,4 @@
-// specdec/llama/detail/compiler.hpp — compiler hints shared by the kernels (matmul_*.hpp, attention_*.hpp).
+// specdec/llama/detail/compiler.hpp — compiler hints shared by the kernels (matmul*.hpp, attention*.hpp).
 #pragma once
 
 #include "specdec/detail/quiet_warnings.hpp"  // SPECDEC_AVX512_WARNINGS_OFF / _ON

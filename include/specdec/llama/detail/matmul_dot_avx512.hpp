@@ -2,7 +2,7 @@
 // q4_1 with one- or three-digit inputs): exact integer sums by vpdpbusd, then the fixed float sequence of the
 // portable twin.
 // Entry point: detail::matmul_panels_dot_avx512. Read first: matmul_dot_kernels.hpp (the input entries and the
-// float sequence).
+// float sequence), matmul_avx512.hpp (the helpers it shares with the float kernels).
 #pragma once
 
 #include "specdec/llama/detail/matmul_avx512.hpp"

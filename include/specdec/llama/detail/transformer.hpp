@@ -33,6 +33,7 @@
 #include <span>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "specdec/error.hpp"
 #include "specdec/llama/detail/attention.hpp"

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "specdec/detail/huge_pages.hpp"
 #include "specdec/error.hpp"
 #include "specdec/kv_cache.hpp"
 #include "specdec/llama/detail/attention.hpp"
