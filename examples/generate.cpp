@@ -63,10 +63,10 @@ void check_stdout() {
   if (!(std::cout << std::flush)) throw specdec::Error("cannot write to standard output");
 }
 
-/// Streams `text` to stdout, keeping stdout_line_open; throws as check_stdout where the write fails, so that a
-/// generation whose text is lost stops at once.
+/// Streams `text` to stdout as valid UTF-8 (examples::utf8_text), keeping stdout_line_open; throws as check_stdout
+/// where the write fails, so that a generation whose text is lost stops at once.
 void stream_out(std::string_view text) {
-  std::cout << text;
+  std::cout << examples::utf8_text(text);
   check_stdout();
   if (!text.empty()) stdout_line_open = text.back() != '\n';
 }

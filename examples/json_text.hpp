@@ -1,5 +1,6 @@
-// examples/json_text.hpp — JSON string literals of model text for specdec-generate's --json output.
-// Entry point: examples::json_string. Model text is raw bytes and need not be valid UTF-8.
+// examples/json_text.hpp — model text as specdec-generate writes it: JSON string literals for --json, and valid
+// UTF-8 for the streamed text. Entry points: examples::json_string, examples::utf8_text. Model text is raw bytes
+// and need not be valid UTF-8; both write each byte that does not start a well-formed character as U+FFFD.
 #pragma once
 
 #include <cstddef>
@@ -38,6 +39,25 @@ inline std::string json_string(std::string_view s) {
     i += length;
   }
   return out + "\"";
+}
+
+/// `s` as valid UTF-8: each byte that does not start a well-formed character becomes U+FFFD, as in json_string,
+/// so the streamed text of a run reads as its JSON "text" does. Splitting `s` between two well-formed characters
+/// changes nothing: pieces of specdec::llama::TextStream convert as their concatenation does.
+inline std::string utf8_text(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t length = specdec::detail::utf8_character(s, i);
+    if (length == 0) {
+      out += "\xEF\xBF\xBD";  // U+FFFD
+      ++i;
+      continue;
+    }
+    out.append(s.substr(i, length));
+    i += length;
+  }
+  return out;
 }
 
 }  // namespace examples

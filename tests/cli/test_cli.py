@@ -151,6 +151,24 @@ r = subprocess.run([binary, "--model", model, "--prompt", "The capital of France
                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 check("the summary starts on a line of its own", "\nspeculative: 8 tokens" in r.stdout, repr(r.stdout))
 
+# A generation can stop inside a character (here SmolLM2 writes each emoji as two tokens): the streamed text is
+# still valid UTF-8, each byte left over written as U+FFFD, the same text as --json's.
+emoji = "Emoji list: \U0001F600 \U0001F603 \U0001F604 \U0001F601"
+cut = next((n for n in range(12, 25) if run_json("--prompt", emoji, "--max-tokens", str(n), "--draft", "none")
+            ["text"].endswith("\ufffd")), None)
+check("some --max-tokens in 12..24 ends the emoji list inside a character", cut is not None)
+if cut is not None:
+    r = subprocess.run([binary, "--model", model, "--prompt", emoji, "--max-tokens", str(cut)], capture_output=True)
+    text = run_json("--prompt", emoji, "--max-tokens", str(cut))["text"]
+    try:
+        streamed = r.stdout.decode("utf-8")
+    except UnicodeDecodeError as e:
+        streamed = None
+        check("a character cut at the end streams as valid UTF-8", False, f"{e}: {r.stdout[-16:]!r}")
+    if streamed is not None:
+        check("a character cut at the end streams as valid UTF-8, as the JSON text",
+              r.returncode == 0 and streamed == emoji + text + "\n", f"{streamed!r} against {text!r}")
+
 # Error paths: one line on stderr, exit code 2, never a crash.
 errors = [
     (["--bogus"], "unknown argument '--bogus'"),
