@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <limits>
 #include <new>
 #include <random>
 #include <string>
@@ -17,6 +19,8 @@
 #include "specdec/llama/llama_model.hpp"
 #include "support/gguf_writer.hpp"
 #if defined(__linux__)
+#include <unistd.h>
+
 #include "support/resident_memory.hpp"
 #endif
 
@@ -634,8 +638,12 @@ TEST_CASE("bad hyperparameters are rejected with the file and the key named, bef
                             {"llama.attention.key_length", 2}, {"llama.rope.dimension_count", 2}}),
                       Catch::Contains("llama.attention.head_count is 9223372036854775809, at most 16777216"));
   REQUIRE_THROWS_WITH(with({{"llama.attention.head_count", 1u << 20}, {"llama.attention.head_count_kv", 1u << 20},
-                            {"llama.attention.key_length", 1u << 20}, {"llama.rope.dimension_count", 2}}),
-                      Catch::Contains("head_count 1048576 x key_length 1048576"));
+                            {"llama.attention.key_length", 1u << 10}, {"llama.rope.dimension_count", 2}}),
+                      Catch::Contains("head_count 1048576 x key_length 1024"));
+  // A head width whose RoPE table (max_context x head width floats, written when a model is made) would take
+  // gigabytes: a file of a few megabytes can declare one, with tensors to match.
+  REQUIRE_THROWS_WITH(with({{"llama.attention.key_length", 1u << 21}}),
+                      Catch::StartsWith("tiny.gguf: ") && Catch::Contains("llama.attention.key_length is 2097152, at most 1024"));
   REQUIRE_THROWS_WITH(with({{"llama.attention.head_count_kv", 3}}),
                       Catch::Contains("llama.attention.head_count 4 is not a multiple of llama.attention.head_count_kv 3"));
   REQUIRE_THROWS_WITH(with({{"llama.attention.head_count", 5}}),
@@ -679,6 +687,33 @@ TEST_CASE("non-finite norm epsilon or rope base, and tensors whose bytes do not 
                       Catch::StartsWith("tensor blk.1.attn_q.weight of type ") && Catch::Contains(" bytes of data, expected "));
   }
 }
+
+#if defined(__linux__)
+TEST_CASE("running out of memory while repacking a tensor is an error that names the tensor", "[llama]") {
+  // A caller's lookup declaring a token embedding of 2^31 - 2 rows of 64 floats: 512 GiB repacked. Linux refuses
+  // so large a mapping at once in overcommit modes 0 and 2 on a machine with less memory; in mode 1 it would
+  // grant it and the repacking would then read past the fake data, so the check needs mode 0 or 2.
+  std::ifstream mode_file("/proc/sys/vm/overcommit_memory");
+  int mode = -1;
+  mode_file >> mode;
+  const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  if ((mode != 0 && mode != 2) || !(memory < double(1ull << 37))) {
+    WARN("skipped: overcommit mode " << mode << " and " << memory << " bytes of memory");
+    return;
+  }
+  const auto file = specdec::gguf::File::from_bytes(tiny_llama(), "tiny.gguf");
+  LlamaConfig config = LlamaConfig::from_gguf(file);
+  config.vocab = specdec::max_vocab_size - 2;
+  specdec::gguf::TensorInfo huge = file.tensor("token_embd.weight");
+  huge.type = TT::F32;
+  huge.dims = {config.embedding, config.vocab};
+  huge.data = std::span(huge.data.data(), config.embedding * config.vocab * 4);  // never read: allocation fails first
+  const auto lookup = [&](std::string_view name) { return name == "token_embd.weight" ? &huge : file.find_tensor(name); };
+  CHECK_THROWS_WITH(LlamaWeights::load(config, lookup, WeightFormat::f32),
+                    "out of memory repacking tensor token_embd.weight of type f32 and dims [64, 2147483646] "
+                    "(549755813376 bytes in the file) as f32");
+}
+#endif
 
 TEST_CASE("llama.vocab_size must match the tokenizer's token count", "[llama]") {
   GgufWriter w;

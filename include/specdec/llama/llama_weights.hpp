@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <new>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -81,6 +82,10 @@ struct LlamaConfig {
   /// above any llama model, and small enough that no size computed from them overflows.
   static constexpr std::size_t max_size = std::size_t{1} << 24;
   static constexpr std::size_t max_layers = 4096;
+  /// Largest head width (llama.attention.key_length) accepted: 4x the widest of llama-architecture models (256).
+  /// The RoPE table holds max_context x head width floats, written and computed when a model is made, so a small
+  /// file declaring a wider head would cost gigabytes and minutes there.
+  static constexpr std::size_t max_head_width = 1024;
   static constexpr std::size_t max_vocab = specdec::max_vocab_size;  // token ids are int32
 
   /// Throws specdec::Error naming the first inconsistent hyperparameter (by its GGUF key).
@@ -97,6 +102,9 @@ struct LlamaConfig {
     for (const auto& [key, value] : {std::pair{"llama.embedding_length", embedding}, std::pair{"llama.feed_forward_length", ffn},
                                      std::pair{"llama.attention.head_count", heads}, std::pair{"llama.attention.key_length", head_dim}})
       if (value > max_size) specdec::detail::fail("llama config: ", key, " is ", value, ", at most ", max_size, " supported");
+    if (head_dim > max_head_width)
+      specdec::detail::fail("llama config: llama.attention.key_length is ", head_dim, ", at most ", max_head_width,
+                            " supported");
     if (heads * head_dim > max_size)  // both <= 2^24: the product cannot overflow
       specdec::detail::fail("llama config: head_count ", heads, " x key_length ", head_dim, " = ", heads * head_dim,
                             ", at most ", max_size, " supported");
@@ -162,18 +170,18 @@ class LlamaWeights {
       const std::string p = "blk." + std::to_string(l) + ".";
       LayerWeights& L = w->layers_.emplace_back();
       L.attn_norm = vector(require(lookup, p + "attn_norm.weight", {e}));
-      L.q = matrix(require(lookup, p + "attn_q.weight", {e, qw}), format);
-      L.k = matrix(require(lookup, p + "attn_k.weight", {e, kw}), format);
-      L.v = matrix(require(lookup, p + "attn_v.weight", {e, kw}), format);
-      L.o = matrix(require(lookup, p + "attn_output.weight", {qw, e}), format);
+      L.q = matrix(lookup, p + "attn_q.weight", {e, qw}, format);
+      L.k = matrix(lookup, p + "attn_k.weight", {e, kw}, format);
+      L.v = matrix(lookup, p + "attn_v.weight", {e, kw}, format);
+      L.o = matrix(lookup, p + "attn_output.weight", {qw, e}, format);
       L.ffn_norm = vector(require(lookup, p + "ffn_norm.weight", {e}));
-      L.gate = matrix(require(lookup, p + "ffn_gate.weight", {e, config.ffn}), format);
-      L.up = matrix(require(lookup, p + "ffn_up.weight", {e, config.ffn}), format);
-      L.down = matrix(require(lookup, p + "ffn_down.weight", {config.ffn, e}), format);
+      L.gate = matrix(lookup, p + "ffn_gate.weight", {e, config.ffn}, format);
+      L.up = matrix(lookup, p + "ffn_up.weight", {e, config.ffn}, format);
+      L.down = matrix(lookup, p + "ffn_down.weight", {config.ffn, e}, format);
     }
     w->output_norm_ = vector(require(lookup, "output_norm.weight", {e}));
-    w->embedding_ = matrix(require(lookup, "token_embd.weight", {e, config.vocab}), format);
-    if (lookup("output.weight")) w->output_ = matrix(require(lookup, "output.weight", {e, config.vocab}), format);
+    w->embedding_ = matrix(lookup, "token_embd.weight", {e, config.vocab}, format);
+    if (lookup("output.weight")) w->output_ = matrix(lookup, "output.weight", {e, config.vocab}, format);
     return w;
   }
 
@@ -222,6 +230,19 @@ class LlamaWeights {
   }
 
   static std::vector<float> vector(const gguf::TensorInfo& t) { return gguf::dequantize(t); }
+
+  /// The tensor `name` (require) repacked (matrix); out of memory is a specdec::Error that names it.
+  static PackedMatrix matrix(const TensorLookup& lookup, const std::string& name,
+                             const std::vector<std::uint64_t>& dims, WeightFormat format) {
+    const gguf::TensorInfo& t = require(lookup, name, dims);
+    try {
+      return matrix(t, format);
+    } catch (const std::bad_alloc&) {
+      specdec::detail::fail("out of memory repacking tensor ", name, " of type ", gguf::type_name(t.type),
+                            " and dims ", dims_text(dims), " (", t.data.size(), " bytes in the file) as ",
+                            to_string(format));
+    }
+  }
 
   /// Repacks a GGUF [cols, rows] tensor. `quantized` keeps Q8_0/Q4_0/Q4_1 blocks and BF16 values as they are
   /// and stores anything else as exact f32. `quantized_dot` stores the same; its quant blocks take 8-bit
