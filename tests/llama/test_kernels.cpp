@@ -528,6 +528,42 @@ TEST_CASE("every encoding gives the same bits on the vector and portable paths",
       }
 }
 
+TEST_CASE("an infinity or a NaN among a position's inputs makes its outputs non-finite in every encoding and path",
+          "[kernels]") {
+  namespace d = specdec::llama::detail;
+  ThreadPool pool(1);
+  const std::size_t rows = 40, cols = 96;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (auto encoding : all_encodings)
+    for (const float bad : {std::numeric_limits<float>::quiet_NaN(), inf, -inf}) {
+      CAPTURE(static_cast<int>(encoding), bad);
+      const auto m = random_matrix(encoding, rows, cols, 41);
+      auto x = random_inputs(3, cols, 43);
+      x[cols + 50] = bad;  // position 1, in its second block of 32
+      for (const bool portable : {false, true}) {
+        CAPTURE(portable);
+        std::vector<float> y(3 * rows);
+        specdec::llama::matmul(MatmulOutput{&m.packed, y.data(), rows, false}, x.data(), cols, 3, pool, portable);
+        for (std::size_t r = 0; r < rows; ++r) {
+          REQUIRE(!std::isfinite(y[rows + r]));
+          REQUIRE(std::isfinite(y[r]));
+          REQUIRE(std::isfinite(y[2 * rows + r]));
+        }
+      }
+    }
+  // The quantised entry of such a block: the same bytes on the vector and portable paths, zero digits, NaN scale.
+  auto block = random_inputs(1, 32, 47);
+  block[17] = std::numeric_limits<float>::quiet_NaN();
+  std::byte fast[d::wide_entry_bytes], portable[d::wide_entry_bytes];
+  d::quantize_block_wide(block.data(), fast);
+  d::quantize_block_wide_portable(block.data(), portable);
+  REQUIRE(std::memcmp(fast, portable, sizeof fast) == 0);
+  REQUIRE(std::all_of(portable, portable + 96, [](std::byte b) { return b == std::byte{0}; }));
+  float scale;
+  std::memcpy(&scale, portable + 108, 4);
+  REQUIRE(std::isnan(scale));
+}
+
 TEST_CASE("a run of panels may start or end inside a pair of bf16 panels: its rows, with the bits of all panels",
           "[kernels]") {
   // bf16 stores its panels in interleaved pairs; a thread's run of panels can start on the second panel of a
@@ -958,10 +994,15 @@ TEST_CASE("input quantisation for the dot kernels: the vector path writes the sa
     for (float& v : x) v = normal(rng) * scale;
     if (trial % 7 == 0) std::fill(x, x + 32, 0.0f);                          // dx = 0
     if (trial % 5 == 1) for (int j = 0; j < 32; ++j) x[j] = (j - 16) * 0.5f;  // exact halves: ties to even
+    if (trial % 11 == 3) x[rng() % 32] = std::numeric_limits<float>::quiet_NaN();  // a NaN scale, zero digits
+    if (trial % 13 == 4) x[rng() % 32] = (trial % 2 ? 1.0f : -1.0f) * std::numeric_limits<float>::infinity();
+    const bool tiny = trial % 17 == 5;  // max|x|/127 below the normal floats, zeros among the inputs: digits 0
+    if (tiny) for (int j = 0; j < 32; ++j) x[j] = j % 3 ? 0.0f : std::ldexp(normal(rng), -128 - trial % 20);
     std::byte fast[48], scalar[48];
     specdec::llama::detail::quantize_block(x, fast);
     specdec::llama::detail::quantize_block_portable(x, scalar);
     REQUIRE(std::memcmp(fast, scalar, 48) == 0);
+    if (tiny) REQUIRE(std::all_of(scalar, scalar + 32, [](std::byte b) { return b == std::byte{0}; }));
   }
 }
 

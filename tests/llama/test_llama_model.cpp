@@ -102,6 +102,7 @@ struct TinyOptions {
   std::vector<std::pair<std::string, std::uint64_t>> metadata = {};  // llama.* values written instead of the defaults
   std::uint32_t head_dim = 16;  // 64 (written as llama.attention.key_length) takes attention's vector kernels
   std::uint32_t heads = 4, kv_heads = 2;  // query heads over kv heads
+  std::string nan_tensor = {};            // a tensor name whose sixth value is written as NaN
 };
 
 TinyOptions separate_output(bool separate) { return TinyOptions{separate, "", ""}; }
@@ -143,6 +144,7 @@ std::vector<std::byte> tiny_llama(const TinyOptions& options = {}) {
     for (auto d : dims) count *= d;
     std::vector<float> values(count);
     for (auto& v : values) v = (type == TT::F32 ? 1.0f : 0.0f) + scale * normal(rng);
+    if (name == options.nan_tensor) values[5] = std::numeric_limits<float>::quiet_NaN();
     w.add_tensor_quantized(name, dims, type, values);
   };
   add("token_embd.weight", {e, vocab}, TT::Q8_0, 1.0f);
@@ -652,6 +654,23 @@ TEST_CASE("bad hyperparameters are rejected with the file and the key named, bef
                       Catch::Contains("llama.rope.dimension_count 0 must be even, positive and at most the head width 16"));
   // The model's vocabulary and the tokenizer's must agree (the tiny file has no tokenizer: checked below).
   REQUIRE_THROWS_WITH(with({{"llama.vocab_size", 0}}), Catch::Contains("llama.vocab_size (or the token count) is 0"));
+}
+
+TEST_CASE("a NaN weight reaches the logits in every format: no block quantisation turns it into a number",
+          "[llama]") {
+  // A NaN in a norm's weights makes one input of the next products NaN, and those only: the residual stays
+  // finite, so the logits are non-finite only if every product passes the NaN on (the decoder then refuses them).
+  TinyOptions options;
+  options.nan_tensor = "blk.1.ffn_norm.weight";
+  const auto file = specdec::gguf::File::from_bytes(tiny_llama(options), "tiny.gguf");
+  for (const WeightFormat format : all_formats) {
+    CAPTURE(specdec::llama::to_string(format));
+    LlamaModel model(LlamaWeights::load(file, format), 16, std::make_shared<ThreadPool>(1));
+    const Token tokens[] = {3, 5};
+    const auto& logits = model.forward(tokens);
+    for (Eigen::Index p = 0; p < logits.rows(); ++p)
+      for (Eigen::Index v = 0; v < logits.cols(); ++v) REQUIRE(!std::isfinite(logits(p, v)));
+  }
 }
 
 TEST_CASE("non-finite norm epsilon or rope base, and tensors whose bytes do not match their type, are rejected",

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -63,12 +64,43 @@ inline void write_entry_scales(std::byte* e, float dx, std::int32_t sum) {
   std::memset(e + 44, 0, 4);
 }
 
+/// Whether a block of 32 inputs holds an infinity or a NaN.
+inline bool nonfinite_block(const float* xb) {
+  bool nonfinite = false;
+  for (std::size_t j = 0; j < quant_block; ++j) nonfinite |= !std::isfinite(xb[j]);
+  return nonfinite;
+}
+
+/// The entry of a block holding an infinity or a NaN (see quantize_block): zero digits and a NaN scale, so every
+/// product with the block is NaN, as a float product would be (or infinite). Without it the digits of such an
+/// input would be undefined (a NaN converted to an integer) or would differ between paths, and a NaN in the
+/// activations, from a file with broken weights, could leave finite logits that no check would catch.
+inline void write_nonfinite_entry(std::byte* e, int digits) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::int32_t zeros[3] = {0, 0, 0};
+  std::memset(e, 0, 32 * static_cast<std::size_t>(digits));
+  if (digits == 1) {
+    write_entry_scales(e, nan, 0);
+  } else {
+    std::memcpy(e + 96, zeros, 12);
+    std::memcpy(e + 108, &nan, 4);
+    std::memcpy(e + 112, &nan, 4);
+    std::memset(e + 116, 0, 12);
+  }
+}
+
+/// 1/dx for a block's scale dx = max|x|/127, or 0 where dx is below the normal floats (max|x| under about
+/// 1.5e-36, 30 orders of magnitude below activations): 1/dx may overflow there, and x·inf would be NaN for x = 0.
+/// Such a block's digits are 0.
+inline float dot_inverse(float dx) { return dx >= std::numeric_limits<float>::min() ? 1.0f / dx : 0.0f; }
+
 /// Quantises one block of 32 inputs into an entry (layout above), scalar.
 inline void quantize_block_portable(const float* xb, std::byte* e) {
+  if (nonfinite_block(xb)) return write_nonfinite_entry(e, 1);
   float amax = 0.0f;
   for (std::size_t j = 0; j < quant_block; ++j) amax = std::max(amax, std::abs(xb[j]));
   const float dx = amax / 127.0f;
-  const float inverse = dx != 0.0f ? 1.0f / dx : 0.0f;
+  const float inverse = dot_inverse(dx);
   std::int8_t q[quant_block];
   std::int32_t sum = 0;
   for (std::size_t j = 0; j < quant_block; ++j) {
@@ -91,6 +123,13 @@ inline float abs_max_avx2(const __m256 (&x)[4]) {
   return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
 }
 
+/// Whether any of 32 floats is an infinity or a NaN (x − x is NaN exactly for those).
+inline bool nonfinite_avx2(const __m256 (&x)[4]) {
+  const __m256 a = _mm256_cmp_ps(_mm256_sub_ps(x[0], x[0]), _mm256_sub_ps(x[1], x[1]), _CMP_UNORD_Q);
+  const __m256 b = _mm256_cmp_ps(_mm256_sub_ps(x[2], x[2]), _mm256_sub_ps(x[3], x[3]), _CMP_UNORD_Q);
+  return _mm256_movemask_ps(_mm256_or_ps(a, b)) != 0;
+}
+
 /// The sum of the 32 int32 lanes of four vectors.
 inline std::int32_t add_lanes_avx2(const __m256i (&v4)[4]) {
   const __m256i v = _mm256_add_epi32(_mm256_add_epi32(v4[0], v4[1]), _mm256_add_epi32(v4[2], v4[3]));
@@ -111,14 +150,17 @@ inline void store_bytes_avx2(const __m256i (&v)[4], std::byte* out) {
 
 /// quantize_block_portable with AVX-512 or AVX2: the same float operations (max is exact in any order; the
 /// conversion rounds to nearest even like nearbyint in the default mode; |x·inverse| <= 127 up to rounding, so
-/// clamping the integers equals clamping the floats), so the same bytes for finite inputs.
+/// clamping the integers equals clamping the floats), so the same bytes for finite inputs; a block with an
+/// infinity or a NaN gets write_nonfinite_entry's on every path.
 SPECDEC_AVX512_WARNINGS_OFF  // also _mm512_reduce_max_ps's placeholders
 inline void quantize_block(const float* xb, std::byte* e) {
 #if defined(__AVX512F__)
   const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+  if (_mm512_cmp_ps_mask(_mm512_sub_ps(x0, x0), _mm512_sub_ps(x1, x1), _CMP_UNORD_Q) != 0)
+    return write_nonfinite_entry(e, 1);
   const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
   const float dx = amax / 127.0f;
-  const float inverse = dx != 0.0f ? 1.0f / dx : 0.0f;
+  const float inverse = dot_inverse(dx);
   const __m512 inv = _mm512_set1_ps(inverse);
   const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
   const __m512i q0 = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x0, inv)), lo), hi);
@@ -129,8 +171,9 @@ inline void quantize_block(const float* xb, std::byte* e) {
 #elif defined(__AVX2__)
   const __m256 x[4] = {_mm256_loadu_ps(xb), _mm256_loadu_ps(xb + 8), _mm256_loadu_ps(xb + 16),
                        _mm256_loadu_ps(xb + 24)};
+  if (nonfinite_avx2(x)) return write_nonfinite_entry(e, 1);
   const float dx = abs_max_avx2(x) / 127.0f;
-  const __m256 inverse = _mm256_set1_ps(dx != 0.0f ? 1.0f / dx : 0.0f);
+  const __m256 inverse = _mm256_set1_ps(dot_inverse(dx));
   const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
   __m256i q[4];
   SPECDEC_UNROLL for (int i = 0; i < 4; ++i)
@@ -185,8 +228,10 @@ inline void split_digits(std::int32_t X, std::int32_t (&digit)[3]) {
   }
 }
 
-/// Quantises one block of 32 inputs into a 24-bit entry (layout above), scalar. For finite inputs.
+/// Quantises one block of 32 inputs into a 24-bit entry (layout above), scalar; a block with an infinity or a
+/// NaN gets write_nonfinite_entry's.
 inline void quantize_block_wide_portable(const float* xb, std::byte* e) {
+  if (nonfinite_block(xb)) return write_nonfinite_entry(e, 3);
   float amax = 0.0f;
   for (std::size_t j = 0; j < quant_block; ++j) amax = std::max(amax, std::abs(xb[j]));
   const int s = wide_shift(amax);
@@ -205,13 +250,15 @@ inline void quantize_block_wide_portable(const float* xb, std::byte* e) {
 }
 
 /// quantize_block_wide_portable with AVX-512 or AVX2: the same scaling (exact here, as ldexp: vscalefps, or two
-/// multiplications by powers of two), rounding to nearest even, digits and sums, so the same bytes for finite
-/// inputs. Without the AVX2 path, builds for AVX2 ran the scalar loop: a forward of one position of `quantized`
+/// multiplications by powers of two), rounding to nearest even, digits and sums, so the same bytes (for a block
+/// with an infinity or a NaN, write_nonfinite_entry's). Without the AVX2 path, builds for AVX2 ran the scalar loop: a forward of one position of `quantized`
 /// spent 0.61-0.64 ms outside its products, attention and output head, against 0.16 ms with it (on the AVX-512
 /// machine of 2026-12-02; one-digit inputs, `quantized_dot`: 0.175 against 0.11 ms).
 inline void quantize_block_wide(const float* xb, std::byte* e) {
 #if defined(__AVX512F__)
   const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+  if (_mm512_cmp_ps_mask(_mm512_sub_ps(x0, x0), _mm512_sub_ps(x1, x1), _CMP_UNORD_Q) != 0)
+    return write_nonfinite_entry(e, 3);
   const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
   const int s = wide_shift(amax);
   const __m512 shift = _mm512_set1_ps(static_cast<float>(s));
@@ -231,6 +278,7 @@ inline void quantize_block_wide(const float* xb, std::byte* e) {
 #elif defined(__AVX2__)
   const __m256 x[4] = {_mm256_loadu_ps(xb), _mm256_loadu_ps(xb + 8), _mm256_loadu_ps(xb + 16),
                        _mm256_loadu_ps(xb + 24)};
+  if (nonfinite_avx2(x)) return write_nonfinite_entry(e, 3);
   const int s = wide_shift(abs_max_avx2(x));
   // x·2^s as two exact multiplications by powers of two (s runs from -105 to 149, past a float's exponents).
   // Scaling up is exact; scaling down is exact unless the product is subnormal, and then so small (below
