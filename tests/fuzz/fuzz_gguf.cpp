@@ -1,11 +1,16 @@
-// libFuzzer target for the GGUF reader: parse arbitrary bytes, read every metadata value with the
-// getter its type calls for (and a few that must refuse it), dequantise the first and last row of
-// every tensor. Only specdec::Error may escape File; anything else (a crash, a sanitizer report, an
-// unexpected exception) is a bug. Build and run: see tests/fuzz/CMakeLists.txt.
+// libFuzzer target for the GGUF reader and what loads from it: parse arbitrary bytes, read every metadata value
+// with the getter its type calls for (and a few that must refuse it), dequantise the first and last row of every
+// tensor; then load a llama model from the file (its config, weights in two formats, a model of 8 positions and a
+// two-position forward) and its tokenizer (encode and decode). Only specdec::Error may escape; anything else (a
+// crash, a sanitizer report, another exception, an allocation past -rss_limit_mb) is a bug. Build and run: see
+// tests/fuzz/CMakeLists.txt.
 #include <specdec/llama/gguf.hpp>
+#include <specdec/llama/llama_model.hpp>
+#include <specdec/llama/tokenizer.hpp>
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 using namespace specdec::gguf;
@@ -38,6 +43,28 @@ void touch_value(const File& file, std::string_view key) {
   try { (void)file.get_string_views(key); } catch (const specdec::Error&) {}
 }
 
+/// Loads a model from the file and runs it on two tokens; errors for a file that is no llama are expected.
+void load_model(const File& file, specdec::llama::WeightFormat format) {
+  using namespace specdec::llama;
+  try {
+    static const auto pool = std::make_shared<ThreadPool>(1);
+    LlamaModel model(LlamaWeights::load(file, format), 8, pool);
+    const specdec::Token tokens[] = {0, static_cast<specdec::Token>(model.config().vocab - 1)};
+    (void)model.forward(tokens);
+  } catch (const specdec::Error&) {
+  }
+}
+
+/// Reads the tokenizer and runs it on text with special tokens, spaces, digits and a two-byte character.
+void load_tokenizer(const File& file) {
+  try {
+    const auto tokenizer = specdec::llama::Tokenizer::from_gguf(file);
+    const auto tokens = tokenizer.encode("<|im_start|>ab a 12 \xC3\xA9<|im_end|>");
+    (void)tokenizer.decode(tokens);
+  } catch (const specdec::Error&) {
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -54,6 +81,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       t.dequantize_row(0, row.data());
       t.dequantize_row(t.rows() - 1, row.data());
     }
+    load_model(file, specdec::llama::WeightFormat::f32);
+    load_model(file, specdec::llama::WeightFormat::quantized_dot);
+    load_tokenizer(file);
   } catch (const specdec::Error&) {
   }
   return 0;

@@ -1,5 +1,7 @@
 // Tests of the GGUF reader (specdec/llama/gguf.hpp) and the dequantisers (specdec/llama/quant.hpp).
 #include <specdec/llama/gguf.hpp>
+#include <specdec/llama/llama_model.hpp>
+#include <specdec/llama/tokenizer.hpp>
 
 #include "support/gguf_writer.hpp"
 
@@ -723,6 +725,50 @@ TEST_CASE("random byte corruption of a valid file never crashes", "[gguf]") {
 namespace {
 const std::filesystem::path corpus_dir = std::filesystem::path(SPECDEC_TEST_DATA) / ".." / "fuzz" / "corpus";
 
+/// A whole llama at the smallest size the kernels take (embedding 32, one layer, 2 query heads over 1 kv head of
+/// 16 dims, vocabulary of 10) with a byte-level BPE tokenizer: the fuzz target's seed for the model and tokenizer
+/// loaders and a forward pass.
+std::vector<std::byte> tiny_llama_with_tokenizer() {
+  const std::uint32_t e = 32, vocab = 10;
+  GgufWriter w;
+  w.add_string("general.architecture", "llama");
+  const std::pair<const char*, std::uint32_t> sizes[] = {
+      {"llama.context_length", 16}, {"llama.embedding_length", e}, {"llama.block_count", 1},
+      {"llama.feed_forward_length", 32}, {"llama.attention.head_count", 2}, {"llama.attention.head_count_kv", 1},
+      {"llama.rope.dimension_count", 16}, {"llama.vocab_size", vocab}};
+  for (const auto& [key, value] : sizes) w.add_uint32(key, value);
+  w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.add_string("tokenizer.ggml.model", "gpt2");
+  w.add_string("tokenizer.ggml.pre", "smollm");
+  // In the byte-level alphabet "Ġ" is the space, and "Ã" and "©" are the two bytes of "é".
+  w.add_array_strings("tokenizer.ggml.tokens", {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "a", "b", "ab",
+                                                "\xC4\xA0", "\xC4\xA0" "a", "\xC3\x83", "\xC2\xA9"});
+  const std::int32_t types[] = {3, 3, 3, 1, 1, 1, 1, 1, 1, 1};
+  w.add_array_int32("tokenizer.ggml.token_type", types);
+  w.add_array_strings("tokenizer.ggml.merges", {"a b", "\xC4\xA0 a"});
+  w.add_uint32("tokenizer.ggml.bos_token_id", 1);
+  w.add_uint32("tokenizer.ggml.eos_token_id", 2);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 0.3f);
+  const auto add = [&](const std::string& name, std::vector<std::uint64_t> dims, TensorType type) {
+    std::vector<float> values(dims.size() == 1 ? dims[0] : dims[0] * dims[1]);
+    for (float& v : values) v = normal(rng) + (dims.size() == 1 ? 1.0f : 0.0f);
+    w.add_tensor_quantized(name, dims, type, values);
+  };
+  add("token_embd.weight", {e, vocab}, TensorType::Q8_0);
+  add("blk.0.attn_norm.weight", {e}, TensorType::F32);
+  add("blk.0.attn_q.weight", {e, 32}, TensorType::Q4_1);
+  add("blk.0.attn_k.weight", {e, 16}, TensorType::Q4_0);
+  add("blk.0.attn_v.weight", {e, 16}, TensorType::F16);
+  add("blk.0.attn_output.weight", {32, e}, TensorType::BF16);
+  add("blk.0.ffn_norm.weight", {e}, TensorType::F32);
+  add("blk.0.ffn_gate.weight", {e, 32}, TensorType::Q8_0);
+  add("blk.0.ffn_up.weight", {e, 32}, TensorType::Q4_1);
+  add("blk.0.ffn_down.weight", {32, e}, TensorType::F32);
+  add("output_norm.weight", {e}, TensorType::F32);
+  return w.finish();
+}
+
 // Seeds for tests/fuzz (named .bin because .gitignore ignores *.gguf): valid files covering every value type, every tensor type, v2 and alignment 64.
 std::vector<std::pair<std::string, std::vector<std::byte>>> fuzz_seeds() {
   std::vector<std::pair<std::string, std::vector<std::byte>>> seeds;
@@ -747,6 +793,7 @@ std::vector<std::pair<std::string, std::vector<std::byte>>> fuzz_seeds() {
     quants.add_tensor(std::string(type_name(type)), {n}, type, raw);
   }
   seeds.emplace_back("all_quants.bin", quants.finish());
+  seeds.emplace_back("tiny_llama.bin", tiny_llama_with_tokenizer());
   return seeds;
 }
 }  // namespace
@@ -761,6 +808,23 @@ TEST_CASE("the committed fuzz seeds are the ones the generator makes", "[gguf]")
     CHECK(std::memcmp(stored.data(), bytes.data(), bytes.size()) == 0);
     CHECK_NOTHROW(parse(bytes));
   }
+}
+
+TEST_CASE("the tiny llama fuzz seed loads as a model and a tokenizer, so the fuzzer starts past them", "[gguf]") {
+  using namespace specdec::llama;
+  const File file = File::from_bytes(tiny_llama_with_tokenizer(), "tiny_llama.bin");
+  for (const WeightFormat format : {WeightFormat::f32, WeightFormat::quantized_dot}) {
+    LlamaModel model(LlamaWeights::load(file, format), 8, nullptr);
+    const specdec::Token tokens[] = {0, 9};
+    const auto& logits = model.forward(tokens);
+    REQUIRE(logits.rows() == 2);
+    REQUIRE(logits.cols() == 10);
+    CHECK(std::isfinite(logits(1, 9)));
+  }
+  const Tokenizer tokenizer = Tokenizer::from_gguf(file);
+  const std::vector<specdec::Token> expected = {1, 5, 7, 8, 9, 2};  // <|im_start|> ab Ġa Ã © <|im_end|>
+  CHECK(tokenizer.encode("<|im_start|>ab a\xC3\xA9<|im_end|>") == expected);
+  CHECK(tokenizer.decode(expected) == "ab a\xC3\xA9");  // control tokens decode to nothing
 }
 
 TEST_CASE("write the fuzz seed corpus", "[.][fuzz-corpus]") {
