@@ -38,7 +38,7 @@ class CounterRng {
     return ctr;
   }
 
-  /// A uniform double in the open interval (0, 1) with 53 random bits.
+  /// A uniform double in the open interval (0, 1), from 52 random bits (unit_from_bits).
   double uniform(std::uint64_t position, RandomStream stream, std::uint32_t index = 0) const {
     const auto b = block(position, stream, index);
     return to_unit(b[0], b[1]);
@@ -46,7 +46,7 @@ class CounterRng {
 
   /// Maps two 32-bit words to a double in (0, 1): never 0, never 1, so log() of it is always finite.
   static double to_unit(std::uint32_t hi, std::uint32_t lo) {
-    const std::uint64_t bits = (std::uint64_t{hi} << 21) ^ (std::uint64_t{lo} >> 11);  // 53 bits
+    const std::uint64_t bits = (std::uint64_t{hi} << 21) ^ (std::uint64_t{lo} >> 11);  // 53 bits, the top 52 used
     return unit_from_bits(bits << 11);
   }
   /// The top 52 bits of `bits` as (m + 0.5)·2^-52, strictly inside (0, 1). 52, not 53: m + 0.5 is exact in a
