@@ -251,9 +251,10 @@ inline void quantize_block_wide_portable(const float* xb, std::byte* e) {
 
 /// quantize_block_wide_portable with AVX-512 or AVX2: the same scaling (exact here, as ldexp: vscalefps, or two
 /// multiplications by powers of two), rounding to nearest even, digits and sums, so the same bytes (for a block
-/// with an infinity or a NaN, write_nonfinite_entry's). Without the AVX2 path, builds for AVX2 ran the scalar loop: a forward of one position of `quantized`
-/// spent 0.61-0.64 ms outside its products, attention and output head, against 0.16 ms with it (on the AVX-512
-/// machine of 2026-12-02; one-digit inputs, `quantized_dot`: 0.175 against 0.11 ms).
+/// with an infinity or a NaN, write_nonfinite_entry's). Without the AVX2 path, builds for AVX2 ran the scalar
+/// loop: a forward of one position of `quantized` spent 0.61-0.64 ms outside its products, attention and output
+/// head, against 0.16 ms with it (on the AVX-512 machine of 2026-12-02; one-digit inputs, `quantized_dot`: 0.175
+/// against 0.11 ms).
 inline void quantize_block_wide(const float* xb, std::byte* e) {
 #if defined(__AVX512F__)
   const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
