@@ -142,7 +142,17 @@ TEST_CASE("prompt lookup rejects bad settings and tokens", "[drafts][errors]") {
   CHECK_THROWS_WITH(PromptLookupDraft(std::size_t{1} << 31),
                     "prompt lookup draft needs a vocabulary of 1 to 2147483647 tokens, got 2147483648");
   PromptLookupDraft draft(10);
-  CHECK_THROWS_WITH(draft.forward(std::vector<Token>{10}), "prompt lookup draft got token 10, outside the vocabulary of 10 tokens");
+  CHECK_THROWS_WITH(draft.forward(std::vector<Token>{10}),
+                    "prompt lookup draft got token 10 at index 0, outside the vocabulary of 10 tokens");
+  // A call with a bad token changes nothing, not even with good tokens before it.
+  draft.append(std::vector<Token>{4, 5});
+  const auto revision = draft.revision();
+  CHECK_THROWS_WITH(draft.forward(std::vector<Token>{1, 2, -1}),
+                    "prompt lookup draft got token -1 at index 2, outside the vocabulary of 10 tokens");
+  CHECK_THROWS_WITH(draft.append(std::vector<Token>{1, 10}),
+                    "prompt lookup draft got token 10 at index 1, outside the vocabulary of 10 tokens");
+  CHECK(draft.context_size() == 2);
+  CHECK(draft.revision() == revision);
 }
 
 TEST_CASE("adaptive draft length grows k when drafts are accepted and cheap", "[draft_length]") {

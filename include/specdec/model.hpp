@@ -2,6 +2,7 @@
 // Entry point: specdec::Model. Read next: decoder.hpp (who calls it), kv_cache.hpp (how to implement truncate).
 #pragma once
 
+#include <atomic>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -37,11 +38,19 @@ concept HasDraftBudget = requires(const M& cm) {
 /// Optional for any model: a number that changes whenever the context does (every forward, append and
 /// truncate). A decoder reuses what a model already holds between generate() calls; with revision() it notices
 /// when something else used the model meanwhile, even if that left it holding as many tokens as before. A model
-/// without it is checked by context_size() alone: truncate(0) it after using it elsewhere.
+/// without it is checked by context_size() alone: truncate(0) it after using it elsewhere. Take each new
+/// revision from next_revision(): a counter of the model's own would let a copy, changed as often and then
+/// assigned over it, pass for the model itself.
 template <class M>
 concept HasRevision = requires(const M& cm) {
   { cm.revision() } -> std::convertible_to<std::uint64_t>;
 };
+
+/// A revision number no model in this process has had before (see HasRevision); thread-safe.
+inline std::uint64_t next_revision() {
+  static std::atomic<std::uint64_t> counter{0};
+  return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+}
 
 /// Optional for any model: how many tokens its context holds at most. The decoder keeps each round within it
 /// (fewer proposals near the end, none when only the target's next token fits), so speculative decoding runs

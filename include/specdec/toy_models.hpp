@@ -47,7 +47,7 @@ class ToyModel {
 
   const Logits& forward(std::span<const Token> tokens) {
     ++forward_calls_;
-    ++revision_;
+    revision_ = next_revision();
     logits_.resize(static_cast<Eigen::Index>(tokens.size()), static_cast<Eigen::Index>(config_.vocab));
     for (std::size_t j = 0; j < tokens.size(); ++j) {
       push(tokens[j]);
@@ -63,7 +63,7 @@ class ToyModel {
   }
 
   void truncate(std::size_t n) {
-    ++revision_;
+    revision_ = next_revision();
     context_.resize(std::min(n, context_.size()));
   }
 

@@ -159,6 +159,49 @@ TEST_CASE("the thread pool runs every task exactly once per job, many jobs in a 
   }
 }
 
+TEST_CASE("callers on several threads take turns on one pool; a task calling its own pool gets an error",
+          "[kernels]") {
+  for (const auto spin : {std::chrono::microseconds(300), std::chrono::microseconds(0)}) {
+    ThreadPool pool(2, spin);
+    constexpr int jobs = 2000;
+    std::atomic<int> bad{0};
+    const auto busy = [] {  // a few microseconds, so that jobs of different callers would overlap
+      std::atomic<int> steps{0};
+      while (steps.fetch_add(1, std::memory_order_relaxed) < 2000) {
+      }
+    };
+    const auto caller = [&](int id) {
+      for (int job = 0; job < jobs; ++job) {
+        std::vector<std::atomic<int>> hits(5);
+        if (job % 2) {
+          pool.parallel_for(hits.size(), [&](std::size_t task, std::size_t) { busy(), hits[task].fetch_add(1); });
+        } else {
+          pool.run_together([&](std::size_t task, std::size_t) { busy(), hits[task].fetch_add(1 + id); });
+        }
+        for (std::size_t t = 0; t < hits.size(); ++t)
+          if (hits[t].load() != (job % 2 ? 1 : t < 2 ? 1 + id : 0)) ++bad;
+      }
+    };
+    std::thread a(caller, 0), b(caller, 1);
+    caller(2);
+    a.join();
+    b.join();
+    CHECK(bad == 0);
+  }
+  ThreadPool pool(2), other(2);
+  CHECK_THROWS_WITH(pool.parallel_for(4, [&](std::size_t, std::size_t) { pool.parallel_for(2, [](std::size_t, std::size_t) {}); }),
+                    Catch::Contains("a task of its own called parallel_for or run_together"));
+  std::atomic<int> inner{0};  // another pool, or a job of one task (run inline), is fine
+  pool.parallel_for(2, [&](std::size_t, std::size_t) {
+    pool.parallel_for(1, [&](std::size_t, std::size_t) { inner.fetch_add(1); });
+  });
+  CHECK(inner == 2);
+  pool.parallel_for(2, [&](std::size_t task, std::size_t) {
+    if (task == 0) other.parallel_for(3, [&](std::size_t, std::size_t) { inner.fetch_add(1); });
+  });
+  CHECK(inner == 5);
+}
+
 TEST_CASE("a pool wakes only its own sleeping threads, and only when it has some", "[kernels]") {
   // When the pools blocked through std::atomic<std::uint64_t>::wait, libstdc++'s one table of 16 waiter entries
   // for every such atomic made every job of the busy pool find the idle pool's worker there and make a futex

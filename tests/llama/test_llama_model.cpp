@@ -81,6 +81,7 @@ void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcep
 
 namespace {
 
+using specdec::Logits;
 using specdec::Token;
 using specdec::llama::EarlyExitDraft;
 using specdec::llama::KvFormat;
@@ -566,6 +567,80 @@ TEST_CASE("revision() changes with every forward, append and truncate", "[llama]
   const auto d0 = draft.revision();
   draft.forward(random_tokens(1, 96, 3));
   CHECK(draft.revision() != d0);
+}
+
+TEST_CASE("a copy and its original, changed as often, have different revisions", "[llama]") {
+  // A decoder that drove one model compares its revision: a copy changed as often and assigned over it must not
+  // pass for it.
+  LlamaModel a(tiny_weights(WeightFormat::f32), 16, nullptr);
+  a.forward(random_tokens(3, 96, 1));
+  LlamaModel b = a;
+  CHECK(b.revision() == a.revision());  // the same context
+  a.forward(random_tokens(2, 96, 2));
+  b.forward(random_tokens(2, 96, 3));
+  CHECK(a.revision() != b.revision());
+  LlamaModel fresh(tiny_weights(WeightFormat::f32), 16, nullptr);
+  fresh.forward(random_tokens(1, 96, 4));
+  CHECK(fresh.revision() != a.revision());
+  CHECK(fresh.revision() != b.revision());
+  // A model moved from says so instead of reading through a null pointer.
+  LlamaModel taken = std::move(a);
+  CHECK_THROWS_WITH(a.forward(random_tokens(1, 96, 5)), "llama model was moved from: it has no weights");
+  CHECK(taken.context_size() == 5);
+}
+
+TEST_CASE("copies sharing a thread pool, used on two threads at once, take turns and compute what they would alone",
+          "[llama]") {
+  const auto weights = tiny_weights(WeightFormat::quantized_dot, wide_heads());
+  const auto tokens = random_tokens(24, 96, 7);
+  LlamaModel reference(weights, 32, nullptr);
+  reference.forward(std::span(tokens).first(8));
+  const Logits expected = reference.forward(std::span(tokens).subspan(8, 1));  // one position: the together job
+  const Logits expected_many = reference.forward(std::span(tokens).subspan(9, 15));
+  LlamaModel original(weights, 32, std::make_shared<ThreadPool>(2));
+  original.forward(std::span(tokens).first(8));
+  LlamaModel copy = original;
+  std::atomic<int> mismatches{0};
+  const auto drive = [&](LlamaModel& model) {
+    for (int round = 0; round < 200; ++round) {
+      if (model.forward(std::span(tokens).subspan(8, 1)) != expected) ++mismatches;
+      if (model.forward(std::span(tokens).subspan(9, 15)) != expected_many) ++mismatches;
+      model.truncate(8);
+    }
+  };
+  std::thread other([&] { drive(copy); });
+  drive(original);
+  other.join();
+  CHECK(mismatches == 0);
+}
+
+TEST_CASE("a truncated model forwards other tokens as a model that never held the dropped ones", "[llama]") {
+  // Keys and values past the cut stay in the cache, their transposed blocks and q8 scales too: none may be read.
+  const auto tokens = random_tokens(40, 96, 11), other = random_tokens(12, 96, 12);
+  for (std::uint32_t head_dim : {16u, 64u})
+    for (auto kv_format : {KvFormat::f32, KvFormat::f16, KvFormat::q8})
+      for (std::size_t cut : {13u, 16u, 32u}) {  // inside a block of 16 keys, and at its edges
+        CAPTURE(head_dim, to_string(kv_format), cut);
+        TinyOptions options;
+        options.head_dim = head_dim;
+        const auto weights = tiny_weights(WeightFormat::quantized_dot, options);
+        LlamaModel model(weights, 64, std::make_shared<ThreadPool>(2), kv_format);
+        model.forward(tokens);
+        model.truncate(cut);
+        std::vector<float> after;
+        for (std::size_t i = 0; i < other.size(); ++i) {  // one position at a time, as decoding does
+          const Logits& row = model.forward(std::span(other).subspan(i, 1));
+          after.insert(after.end(), row.data(), row.data() + row.size());
+        }
+        LlamaModel fresh(weights, 64, std::make_shared<ThreadPool>(2), kv_format);
+        fresh.forward(std::span(tokens).first(cut));
+        std::vector<float> expected;
+        for (std::size_t i = 0; i < other.size(); ++i) {
+          const Logits& row = fresh.forward(std::span(other).subspan(i, 1));
+          expected.insert(expected.end(), row.data(), row.data() + row.size());
+        }
+        REQUIRE(std::memcmp(after.data(), expected.data(), after.size() * sizeof(float)) == 0);
+      }
 }
 
 TEST_CASE("a forward profile times the stages of later calls and changes no logit", "[llama]") {

@@ -68,10 +68,11 @@ class PromptLookupDraft {
 
   /// Appends tokens; row j of the result is the proposal after the context up to and including tokens[j].
   const Logits& forward(std::span<const Token> tokens) {
-    ++revision_;
+    check_tokens(tokens);
+    revision_ = next_revision();
     logits_.resize(static_cast<Eigen::Index>(tokens.size()), static_cast<Eigen::Index>(vocab_));
     for (std::size_t j = 0; j < tokens.size(); ++j) {
-      append_checked(tokens[j]);
+      context_.push_back(tokens[j]);
       auto row = logits_.row(static_cast<Eigen::Index>(j));
       const auto [next, n] = lookup_match();
       match_length_ = n;
@@ -87,13 +88,14 @@ class PromptLookupDraft {
 
   /// Appends tokens without computing logits (prompt processing).
   void append(std::span<const Token> tokens) {
-    ++revision_;
-    for (Token t : tokens) append_checked(t);
+    check_tokens(tokens);
+    revision_ = next_revision();
+    context_.insert(context_.end(), tokens.begin(), tokens.end());
     match_length_ = 0;
   }
 
   void truncate(std::size_t n) {
-    ++revision_;
+    revision_ = next_revision();
     if (n < context_.size()) match_length_ = 0;
     context_.resize(std::min(n, context_.size()));
   }
@@ -124,10 +126,12 @@ class PromptLookupDraft {
   }
 
  private:
-  void append_checked(Token t) {
-    if (t < 0 || static_cast<std::size_t>(t) >= vocab_)
-      detail::fail("prompt lookup draft got token ", t, ", outside the vocabulary of ", vocab_, " tokens");
-    context_.push_back(t);
+  /// Throws specdec::Error, before anything changes, if a token is outside the vocabulary.
+  void check_tokens(std::span<const Token> tokens) const {
+    for (std::size_t i = 0; i < tokens.size(); ++i)
+      if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= vocab_)
+        detail::fail("prompt lookup draft got token ", tokens[i], " at index ", i, ", outside the vocabulary of ",
+                     vocab_, " tokens");
   }
 
   std::size_t vocab_;

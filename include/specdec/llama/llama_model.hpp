@@ -23,6 +23,9 @@
 namespace specdec::llama {
 
 /// The reference llama transformer. Keeps its context in a KV cache; forward appends, truncate rolls back.
+/// A copy has its own cache and shares the weights and the thread pool: copies, or a model and its drafts, may
+/// be used on different threads, and then take turns on the pool (see ThreadPool); to run them at the same time,
+/// give each its own pool: LlamaModel(model.weights(), model.max_context(), std::make_shared<ThreadPool>(n)).
 ///
 ///   auto model = specdec::llama::LlamaModel::load("models/SmolLM2-135M-Instruct.Q4_1.gguf", {.threads = 2});
 ///   const specdec::Logits& logits = model.forward(prompt_tokens);  // [prompt size, 49152]
@@ -78,7 +81,8 @@ class LlamaModel {
 /// KvFormat.
 class EarlyExitDraft {
  public:
-  /// requires: 1 <= layers <= target.config().layers. The target must not run concurrently with the draft.
+  /// requires: 1 <= layers <= target.config().layers. Draft and target share a thread pool: on different
+  /// threads they take turns on it.
   EarlyExitDraft(const LlamaModel& target, std::size_t layers)
       : state_(target.weights(), layers, target.max_context(), target.pool(), target.kv_format()) {}
 

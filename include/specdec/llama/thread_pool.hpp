@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <system_error>
 #include <thread>
@@ -161,6 +162,10 @@ class Signal {
   std::atomic<std::uint32_t> word_{0};
 };
 
+/// The pool whose task this thread is running, if any (ThreadPool::parallel_for refuses a call from inside one
+/// of its own tasks).
+inline thread_local const void* running_task_pool = nullptr;
+
 }  // namespace detail
 
 /// A fixed set of threads that run one job at a time. parallel_for(tasks, fn) calls fn(task, slot) once for
@@ -172,7 +177,10 @@ class Signal {
 /// workers that did. threads = 1 creates no threads and runs tasks inline, in order. A task that throws
 /// (std::bad_alloc when a scratch buffer grows) ends the job: tasks not yet claimed are skipped, and the caller
 /// rethrows the first exception once every thread has left the job, so the pool stays usable. One pool may serve
-/// several models that run alternately (a target and its draft); calls must not be concurrent or nested.
+/// several models (a target and its draft, a model and its copies). Calls from several threads take turns: one
+/// job runs at a time and the other callers wait for it, so models that share a pool may be used on two threads,
+/// though not faster than one after the other. A call from inside one of the pool's own tasks throws
+/// specdec::Error: it would wait for itself.
 ///
 ///   ThreadPool pool(2);
 ///   pool.parallel_for(blocks, [&](std::size_t block, std::size_t slot) { work(block, scratch[slot]); });
@@ -230,6 +238,10 @@ class ThreadPool {
       for (std::size_t t = 0; t < tasks; ++t) fn(t, std::size_t{0});
       return;
     }
+    if (detail::running_task_pool == this)
+      specdec::detail::fail("thread pool: a task of its own called parallel_for or run_together, which would wait for ",
+                            "the job it is part of");
+    const std::lock_guard turn(caller_);  // one job at a time; other callers wait here
     using F = std::remove_reference_t<Fn>;
     job_.run = [](void* context, std::size_t task, std::size_t slot) { (*static_cast<F*>(context))(task, slot); };
     job_.context = const_cast<void*>(static_cast<const void*>(std::addressof(fn)));
@@ -277,12 +289,14 @@ class ThreadPool {
   /// Runs task t unless a task of the job has thrown; records the first exception and ends the job.
   void run_task(std::size_t t, std::size_t slot) {
     if (failed_.load(std::memory_order_relaxed)) return;
+    const void* outer = std::exchange(detail::running_task_pool, this);
     try {
       job_.run(job_.context, t, slot);
     } catch (...) {
       next_.store(job_.tasks, std::memory_order_relaxed);  // skip the rest; the caller rethrows
       if (!failed_.exchange(true, std::memory_order_acq_rel)) error_ = std::current_exception();
     }
+    detail::running_task_pool = outer;
   }
 
   void claim_tasks(std::size_t slot) {
@@ -330,6 +344,7 @@ class ThreadPool {
   std::atomic<bool> stop_{false};
   std::atomic<bool> failed_{false};   // a task of the current job threw; error_ holds the first exception
   std::exception_ptr error_;
+  std::mutex caller_;  // held by the caller of the job that runs; callers on other threads wait for it
 };
 
 /// Memory a task reads first in its next step (up to max_ranges byte ranges, in order, and at most max_lines

@@ -41,6 +41,7 @@
 #include "specdec/llama/llama_options.hpp"
 #include "specdec/llama/matmul.hpp"
 #include "specdec/llama/thread_pool.hpp"
+#include "specdec/model.hpp"
 #include "specdec/tensor.hpp"
 
 namespace specdec::llama::detail {
@@ -89,7 +90,7 @@ class Transformer : public TransformerState {
       Logits fresh(rows, cols);
       logits_.swap(fresh);
     }
-    ++revision_;
+    revision_ = specdec::next_revision();
     if (n == 0) return logits_;
     reserve(n);
     const std::size_t e = c.embedding;

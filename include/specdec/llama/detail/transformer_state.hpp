@@ -24,6 +24,7 @@
 #include "specdec/llama/llama_weights.hpp"
 #include "specdec/llama/matmul.hpp"
 #include "specdec/llama/thread_pool.hpp"
+#include "specdec/model.hpp"
 #include "specdec/tensor.hpp"
 
 namespace specdec::llama::detail {
@@ -62,7 +63,11 @@ class TransformerState {
     together_ = pool_->threads() > 1 && pool_->threads() <= detail::usable_cores();
   }
 
-  const LlamaConfig& config() const { return weights_->config(); }
+  /// Throws specdec::Error for a model moved from (it has no weights); forward() asks for it first.
+  const LlamaConfig& config() const {
+    if (!weights_) specdec::detail::fail("llama model was moved from: it has no weights");
+    return weights_->config();
+  }
   std::size_t context_size() const {
     return kv_format_ == KvFormat::f16 ? kv16_.size() : kv_format_ == KvFormat::q8 ? kv8_.size() : kv32_.size();
   }
@@ -71,7 +76,7 @@ class TransformerState {
   KvFormat kv_format() const { return kv_format_; }
   void truncate(std::size_t n) {
     with_kv([n](auto& kv, auto&) { kv.truncate(n); });
-    ++revision_;
+    revision_ = specdec::next_revision();
   }
   /// Changes with every forward and truncate (see specdec::HasRevision).
   std::uint64_t revision() const { return revision_; }
