@@ -24,8 +24,9 @@ namespace specdec::llama {
 
 /// The reference llama transformer. Keeps its context in a KV cache; forward appends, truncate rolls back.
 /// A copy has its own cache and shares the weights and the thread pool: copies, or a model and its drafts, may
-/// be used on different threads, and then take turns on the pool (see ThreadPool); to run them at the same time,
-/// give each its own pool: LlamaModel(model.weights(), model.max_context(), std::make_shared<ThreadPool>(n)).
+/// be used on different threads, and then take turns on the pool (see ThreadPool). Models that should run at the
+/// same time need pools of their own: LlamaModel(m.weights(), m.max_context(), std::make_shared<ThreadPool>(n),
+/// m.kv_format()) is a model over m's weights with an empty context and a pool of its own.
 ///
 ///   auto model = specdec::llama::LlamaModel::load("models/SmolLM2-135M-Instruct.Q4_1.gguf", {.threads = 2});
 ///   const specdec::Logits& logits = model.forward(prompt_tokens);  // [prompt size, 49152]

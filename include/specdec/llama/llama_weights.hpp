@@ -103,8 +103,8 @@ struct LlamaConfig {
                                      std::pair{"llama.attention.head_count", heads}, std::pair{"llama.attention.key_length", head_dim}})
       if (value > max_size) specdec::detail::fail("llama config: ", key, " is ", value, ", at most ", max_size, " supported");
     if (head_dim > max_head_width)
-      specdec::detail::fail("llama config: llama.attention.key_length is ", head_dim, ", at most ", max_head_width,
-                            " supported");
+      specdec::detail::fail("llama config: the head width (llama.attention.key_length, else embedding_length / ",
+                            "head_count) is ", head_dim, ", at most ", max_head_width, " supported");
     if (heads * head_dim > max_size)  // both <= 2^24: the product cannot overflow
       specdec::detail::fail("llama config: head_count ", heads, " x key_length ", head_dim, " = ", heads * head_dim,
                             ", at most ", max_size, " supported");

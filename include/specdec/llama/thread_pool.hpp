@@ -180,7 +180,8 @@ inline thread_local const void* running_task_pool = nullptr;
 /// several models (a target and its draft, a model and its copies). Calls from several threads take turns: one
 /// job runs at a time and the other callers wait for it, so models that share a pool may be used on two threads,
 /// though not faster than one after the other. A call from inside one of the pool's own tasks throws
-/// specdec::Error: it would wait for itself.
+/// specdec::Error: it would wait for itself. (A cycle through another pool, a task of this pool calling one whose
+/// task calls this one, is not detected: it waits forever.)
 ///
 ///   ThreadPool pool(2);
 ///   pool.parallel_for(blocks, [&](std::size_t block, std::size_t slot) { work(block, scratch[slot]); });

@@ -63,11 +63,8 @@ class TransformerState {
     together_ = pool_->threads() > 1 && pool_->threads() <= detail::usable_cores();
   }
 
-  /// Throws specdec::Error for a model moved from (it has no weights); forward() asks for it first.
-  const LlamaConfig& config() const {
-    if (!weights_) specdec::detail::fail("llama model was moved from: it has no weights");
-    return weights_->config();
-  }
+  /// Throws specdec::Error for a model moved from (it has no weights), as weights() does; forward() asks first.
+  const LlamaConfig& config() const { return weights()->config(); }
   std::size_t context_size() const {
     return kv_format_ == KvFormat::f16 ? kv16_.size() : kv_format_ == KvFormat::q8 ? kv8_.size() : kv32_.size();
   }
@@ -81,7 +78,10 @@ class TransformerState {
   /// Changes with every forward and truncate (see specdec::HasRevision).
   std::uint64_t revision() const { return revision_; }
   void set_profile(ForwardProfile* profile) { profile_.target = profile; }
-  const std::shared_ptr<const LlamaWeights>& weights() const { return weights_; }
+  const std::shared_ptr<const LlamaWeights>& weights() const {
+    if (!weights_) specdec::detail::fail("llama model was moved from: it has no weights");
+    return weights_;
+  }
   const std::shared_ptr<ThreadPool>& pool() const { return pool_; }
 
  protected:
