@@ -159,7 +159,7 @@ TEST_CASE("the thread pool runs every task exactly once per job, many jobs in a 
   }
 }
 
-TEST_CASE("callers on several threads take turns on one pool; a task calling its own pool gets an error",
+TEST_CASE("callers on several threads take turns on one pool, and a task calling its own pool gets an error",
           "[kernels]") {
   for (const auto spin : {std::chrono::microseconds(300), std::chrono::microseconds(0)}) {
     ThreadPool pool(2, spin);
