@@ -64,6 +64,17 @@ inline void write_entry_scales(std::byte* e, float dx, std::int32_t sum) {
   std::memset(e + 44, 0, 4);
 }
 
+/// Writes a 24-bit entry's digit sums, scale (2^-s, or NaN for write_nonfinite_entry) and input sum times the
+/// scale (the digits are written by the caller). The input sum ΣX is Σh·2^16 + Σm·2^8 + Σl of the digit sums,
+/// exactly (|ΣX| < 2^28).
+inline void write_wide_scales(std::byte* e, const std::int32_t (&sums)[3], float scale) {
+  const float sx = static_cast<float>(sums[2] * 65536 + sums[1] * 256 + sums[0]) * scale;
+  std::memcpy(e + 96, sums, 12);
+  std::memcpy(e + 108, &scale, 4);
+  std::memcpy(e + 112, &sx, 4);
+  std::memset(e + 116, 0, 12);
+}
+
 /// Whether a block of 32 inputs holds an infinity or a NaN.
 inline bool nonfinite_block(const float* xb) {
   bool nonfinite = false;
@@ -79,14 +90,8 @@ inline void write_nonfinite_entry(std::byte* e, int digits) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const std::int32_t zeros[3] = {0, 0, 0};
   std::memset(e, 0, 32 * static_cast<std::size_t>(digits));
-  if (digits == 1) {
-    write_entry_scales(e, nan, 0);
-  } else {
-    std::memcpy(e + 96, zeros, 12);
-    std::memcpy(e + 108, &nan, 4);
-    std::memcpy(e + 112, &nan, 4);
-    std::memset(e + 116, 0, 12);
-  }
+  if (digits == 1) write_entry_scales(e, nan, 0);
+  else write_wide_scales(e, zeros, nan);  // sx = 0·NaN: NaN
 }
 
 /// 1/dx for a block's scale dx = max|x|/127, or 0 where dx is below the normal floats (max|x| under about
@@ -209,17 +214,6 @@ inline float wide_scale(int s) {
   return std::bit_cast<float>(s <= 126 ? static_cast<std::uint32_t>(127 - s) << 23 : std::uint32_t{1} << (149 - s));
 }
 
-/// Writes an entry's digit sums, scale and input sum (the digits are written by the caller). The input sum ΣX is
-/// Σh·2^16 + Σm·2^8 + Σl of the digit sums, exactly (|ΣX| < 2^28).
-inline void write_wide_scales(std::byte* e, const std::int32_t (&sums)[3], int s) {
-  const float scale = wide_scale(s);
-  const float sx = static_cast<float>(sums[2] * 65536 + sums[1] * 256 + sums[0]) * scale;
-  std::memcpy(e + 96, sums, 12);
-  std::memcpy(e + 108, &scale, 4);
-  std::memcpy(e + 112, &sx, 4);
-  std::memset(e + 116, 0, 12);
-}
-
 /// Splits X (|X| <= wide_max) into balanced digits X = h·2^16 + m·2^8 + l, each in [-128, 127].
 inline void split_digits(std::int32_t X, std::int32_t (&digit)[3]) {
   SPECDEC_UNROLL for (int i = 0; i < 3; ++i) {
@@ -246,7 +240,7 @@ inline void quantize_block_wide_portable(const float* xb, std::byte* e) {
       sums[i] += digit[i];
     }
   }
-  write_wide_scales(e, sums, s);
+  write_wide_scales(e, sums, wide_scale(s));
 }
 
 /// quantize_block_wide_portable with AVX-512 or AVX2: the same scaling (exact here, as ldexp: vscalefps, or two
@@ -275,7 +269,7 @@ inline void quantize_block_wide(const float* xb, std::byte* e) {
     }
     sums[i] = _mm512_reduce_add_epi32(sum);
   }
-  write_wide_scales(e, sums, s);
+  write_wide_scales(e, sums, wide_scale(s));
 #elif defined(__AVX2__)
   const __m256 x[4] = {_mm256_loadu_ps(xb), _mm256_loadu_ps(xb + 8), _mm256_loadu_ps(xb + 16),
                        _mm256_loadu_ps(xb + 24)};
@@ -297,7 +291,7 @@ inline void quantize_block_wide(const float* xb, std::byte* e) {
     store_bytes_avx2(digit, e + 32 * i);
     sums[i] = add_lanes_avx2(digit);
   }
-  write_wide_scales(e, sums, s);
+  write_wide_scales(e, sums, wide_scale(s));
 #else
   quantize_block_wide_portable(xb, e);
 #endif
