@@ -302,6 +302,9 @@ TEST_CASE("bad arguments and misbehaving models raise specdec::Error naming the 
   CHECK_THROWS_WITH(generate_autoregressive(narrow, Greedy{}, prompt, {}), "target returned logits of shape [2, 31], expected [2, 32]");
   CHECK_THROWS_WITH(SpeculativeDecoder(nan, target).generate(prompt, {}), "draft returned a non-finite logit (nan) at row 0, column 3");
   CHECK_THROWS_WITH(SpeculativeDecoder(draft, inf).generate(prompt, {}), "target returned a non-finite logit (inf) at row 0, column 1");
+  test::BrokenModel all_masked(target_config(), Fault::all_masked, 1);
+  CHECK_THROWS_WITH(generate_autoregressive(all_masked, Greedy{}, prompt, {}),
+                    "target returned -inf for every token at row 0: no token left to choose");
   ToyModel fine(target_config());
   CHECK_THROWS_WITH(fine.forward(std::vector<Token>{33}), "toy model got token 33, outside the vocabulary of 32 tokens");
 }
@@ -341,6 +344,32 @@ struct OutOfRangePolicy {
 static_assert(AcceptancePolicy<OutOfRangePolicy>);
 
 }  // namespace
+
+TEST_CASE("masked tokens (-inf logits) are never chosen, and speculative output still equals plain output", "[decoder]") {
+  // The target masks some of the tokens the draft likes best, the draft one the target likes.
+  const std::vector<Token> target_masked{0, 5, 7, 11, 19}, draft_masked{3, 5, 26};
+  const auto allowed = [&](const std::vector<Token>& tokens) {
+    return std::none_of(tokens.begin(), tokens.end(), [&](Token t) {
+      return std::find(target_masked.begin(), target_masked.end(), t) != target_masked.end();
+    });
+  };
+  const GenerateOptions options{.max_new_tokens = 40, .draft_length = 3, .seed = 4};
+  const SamplingParams params{.temperature = 1.0f};
+  std::size_t accepted = 0;
+  for (const auto& prompt : prompts(6)) {
+    test::MaskedModel target(target_config(), target_masked), draft(good_draft_config(), draft_masked);
+    const auto plain = generate_autoregressive(target, Greedy{}, prompt, options).tokens;
+    const auto greedy = SpeculativeDecoder(draft, target).generate(prompt, options);
+    CHECK(greedy.tokens == plain);
+    accepted += greedy.stats.accepted_tokens;
+    CHECK(allowed(plain));
+    const auto coupled_plain = generate_autoregressive(target, CoupledSampling{params}, prompt, options).tokens;
+    CHECK(SpeculativeDecoder(draft, target, CoupledSampling{params}).generate(prompt, options).tokens == coupled_plain);
+    CHECK(allowed(coupled_plain));
+    CHECK(allowed(SpeculativeDecoder(draft, target, RejectionSampling{params}).generate(prompt, options).tokens));
+  }
+  CHECK(accepted > 0);  // the draft's proposals were verified, not all refused
+}
 
 TEST_CASE("a model whose forward returns its logits by value decodes as one that returns a reference", "[decoder]") {
   const std::vector<Token> prompt{3, 1, 4};

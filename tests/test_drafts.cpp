@@ -266,6 +266,35 @@ TEST_CASE("adaptive draft length names a tuning field out of range", "[draft_len
   AdaptiveDraftLength fine;
   fine.smoothing = 1.0, fine.prior_weight = 0.0, fine.hysteresis = 0.0, fine.probe_interval = 1, fine.max_probe_interval = 1;
   CHECK_NOTHROW(fine.next(options));
+  // The decoder's constructor asks, before any prompt is processed.
+  ToyModel target({.vocab = 20}), draft({.vocab = 20, .noise_seed = 3, .noise = 0.5f});
+  AdaptiveDraftLength wrong;
+  wrong.probe_interval = 0;
+  CHECK_THROWS_WITH(SpeculativeDecoder(draft, target, Greedy{}, wrong),
+                    "AdaptiveDraftLength::probe_interval must be at least 1, got 0");
+  CHECK(target.context_size() == 0);
+}
+
+namespace {
+/// Asks for one token more than any decoder drafts.
+struct GreedyDraftLength {
+  std::size_t next(const GenerateOptions&) const { return max_draft_length + 1; }
+  void observe(const RoundReport&) const {}
+};
+}  // namespace
+
+TEST_CASE("a round drafts at most max_draft_length tokens: more is an error, not a huge verify pass", "[draft_length][errors]") {
+  ToyModel target({.vocab = 20}), draft({.vocab = 20, .noise_seed = 3, .noise = 0.5f});
+  const std::vector<Token> prompt{1, 2, 3};
+  SpeculativeDecoder fixed(draft, target);
+  CHECK_THROWS_WITH(fixed.generate(prompt, {.max_new_tokens = 1000, .draft_length = max_draft_length + 1}),
+                    "draft_length 257 is above max_draft_length, 256");
+  CHECK(target.context_size() == 0);  // refused before the prompt was processed
+  const auto out = fixed.generate(prompt, {.max_new_tokens = 600, .draft_length = max_draft_length});
+  CHECK(out.tokens == generate_autoregressive(target, Greedy{}, prompt, {.max_new_tokens = 600}).tokens);
+  SpeculativeDecoder asking(draft, target, Greedy{}, GreedyDraftLength{});
+  CHECK_THROWS_WITH(asking.generate(prompt, {.max_new_tokens = 10}),
+                    "the draft-length policy asked for 257 tokens, above max_draft_length, 256");
 }
 
 TEST_CASE("adaptive draft length learns a verify cost that is not linear in the width", "[draft_length]") {

@@ -7,6 +7,7 @@
 #include <random>
 #include <specdec/specdec.hpp>
 
+#include "support/broken_models.hpp"
 #include "support/chi_squared.hpp"
 
 using namespace specdec;
@@ -296,6 +297,22 @@ TEST_CASE("speculative rejection sampling with a one-hot prompt-lookup draft mat
   });
   CAPTURE(chi.statistic, chi.critical);
   CHECK(drafted > kSamples / 4);  // the draft really proposed
+  CHECK(chi.passes());
+}
+
+TEST_CASE("speculative rejection sampling with masked (-inf) tokens matches the exact distribution", "[sampling][chi2]") {
+  // The target masks a token the draft proposes, the draft one the target can choose (q = 0 there).
+  const SamplingParams params = GENERATE(SamplingParams{.temperature = 1.0f}, SamplingParams{.temperature = 0.8f, .top_k = 4, .top_p = 0.8f});
+  test::MaskedModel target(target_config(), {1}), draft(draft_config(), {3});
+  test::MaskedModel reference(target_config(), {1});
+  SpeculativeDecoder decoder(draft, target, RejectionSampling{params});
+  const Sequence prompt{2, 5};
+  const auto expected = test::enumerate_sequences(reference, prompt, params, kLength);
+  std::map<Sequence, std::size_t> counts;
+  for (std::uint64_t seed = 0; seed < kSamples; ++seed)
+    ++counts[decoder.generate(prompt, {.max_new_tokens = kLength, .draft_length = 2, .seed = seed}).tokens];
+  const auto chi = test::chi_squared(expected, counts, kSamples);
+  CAPTURE(params.temperature, params.top_k, params.top_p, chi.statistic, chi.critical, chi.degrees);
   CHECK(chi.passes());
 }
 

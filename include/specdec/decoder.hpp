@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <limits>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "specdec/acceptance.hpp"
@@ -33,7 +34,8 @@ template <Model Draft, Model Target, class Acceptance = Greedy, class DraftLengt
   requires AcceptancePolicy<Acceptance> && DraftLengthPolicy<DraftLength>
 class SpeculativeDecoder {
  public:
-  /// Throws specdec::Error when the vocabularies differ or draft and target are the same object.
+  /// Throws specdec::Error when the vocabularies differ, draft and target are the same object, or a policy's
+  /// parameters are out of range.
   SpeculativeDecoder(Draft& draft, Target& target, Acceptance acceptance = {}, DraftLength draft_length = {})
       : draft_(draft, "draft"), target_(target, "target"), acceptance_(acceptance), length_(std::move(draft_length)) {
     if (static_cast<const void*>(&draft) == static_cast<const void*>(&target))
@@ -41,19 +43,25 @@ class SpeculativeDecoder {
     if (draft_.vocab_size() != target_.vocab_size())
       detail::fail("draft vocabulary has ", draft_.vocab_size(), " tokens, target has ", target_.vocab_size());
     acceptance_.validate();
+    if constexpr (requires { length_.validate(); }) length_.validate();  // a tuning field out of range, now
   }
 
   /// Generates up to options.max_new_tokens tokens after `prompt`. The result equals what fresh, empty models
   /// would give; a prompt prefix the models already hold from an earlier call is reused, not recomputed.
   /// Throws specdec::Error for an empty prompt, a token outside the vocabulary, a prompt longer than the
-  /// target's max_context (HasMaxContext), a call that would take a model past it (the prompt and
-  /// max_new_tokens more than it holds), a model's malformed logits and a policy's token outside the
-  /// vocabulary. returns: the new tokens, statistics, stop reason.
+  /// target's max_context (HasMaxContext), a draft_length above max_draft_length, a model's malformed logits
+  /// and a policy's token outside the vocabulary; and when the generation reaches the end of a model's context
+  /// before it ends (plain decoding would too: the target holds the prompt and all but the last new token, so
+  /// prompt + max_new_tokens − 1 positions fit), at that point, after the tokens before it have gone to
+  /// on_token. returns: the new tokens, statistics, stop reason.
   Generation generate(std::span<const Token> prompt, const GenerateOptions& options) {
     const auto start = detail::Clock::now();
     const std::size_t vocab = target_.vocab_size();
     detail::check_request(prompt, options, vocab);
     detail::check_prompt_fits(target_.model(), prompt.size());
+    if constexpr (std::is_same_v<DraftLength, FixedDraftLength>)
+      if (options.draft_length > max_draft_length)
+        detail::fail("draft_length ", options.draft_length, " is above max_draft_length, ", max_draft_length);
     Generation out;
     auto& stats = out.stats;
     stats.prompt_tokens = prompt.size();
@@ -67,8 +75,10 @@ class SpeculativeDecoder {
     std::vector<Token> drafts, feed;
     for (bool done = false; !done;) {
       const auto round_start = detail::Clock::now();
-      const std::size_t k =
-          std::min({static_cast<std::size_t>(length_.next(options)), emitter.remaining() - 1, room(sequence.size())});
+      const auto asked = static_cast<std::size_t>(length_.next(options));
+      if (asked > max_draft_length)
+        detail::fail("the draft-length policy asked for ", asked, " tokens, above max_draft_length, ", max_draft_length);
+      const std::size_t k = std::min({asked, emitter.remaining() - 1, room(sequence.size())});
       stats.draft_lengths.push_back(k);
       RoundReport report{.requested = k};
       draft(sequence, k, options, session, drafts, report, stats);

@@ -39,6 +39,11 @@ concept DraftLengthPolicy = requires(P& policy, const GenerateOptions& options, 
   policy.observe(report);                                          // feedback after the round
 };
 
+/// The most tokens a decoder drafts in one round (GenerateOptions::draft_length above it is a specdec::Error with
+/// FixedDraftLength): a verify pass of 257 positions is a prompt's worth of work, and a sampling policy keeps a
+/// distribution over the vocabulary for each drafted token (1.6 GB for 4,000 tokens of a 49k vocabulary).
+inline constexpr std::size_t max_draft_length = 256;
+
 /// Always GenerateOptions::draft_length.
 struct FixedDraftLength {
   std::size_t next(const GenerateOptions& options) const { return options.draft_length; }
@@ -77,9 +82,9 @@ class AdaptiveDraftLength {
   std::size_t max_probe_interval = 256;  // the longest wait between probes
   double probe_budget = 0.02;      // what feeding a draft one missed token may cost, relative to a plain round
 
-  /// The longest round this policy drafts, whatever GenerateOptions::draft_length allows: a verify pass of
-  /// 257 positions is a prompt's worth of work, and the policy's cost per round grows with the limit.
-  static constexpr std::size_t max_draft_length = 256;
+  /// The longest round this policy drafts, whatever GenerateOptions::draft_length allows (the decoder's limit;
+  /// the policy's cost per round grows with it too).
+  static constexpr std::size_t max_draft_length = specdec::max_draft_length;
 
   /// Throws specdec::Error naming the first tuning field out of range: smoothing in (0, 1], prior_weight,
   /// hysteresis and probe_budget finite and >= 0, probe_interval >= 1, max_probe_interval >= probe_interval.

@@ -29,7 +29,8 @@ concept Model = requires(M& m, const M& cm, std::span<const Token> t, std::size_
 /// Optional for a draft: how many tokens, at most, it advises proposing from its current state (asked once per
 /// round, right after the forward call that gave the round's first proposal). A draft that knows when it is
 /// guessing (a prompt-lookup match of one token) can keep the round short there and long where it is sure.
-/// 0 ends the round's drafting. Only speed depends on it, never the output.
+/// 0 ends the round's drafting. Speed depends on it, the output's distribution never: greedy and CoupledSampling
+/// output not at all, RejectionSampling's tokens for a given seed do (see GenerateOptions::seed).
 template <class M>
 concept HasDraftBudget = requires(const M& cm) {
   { cm.draft_budget() } -> std::convertible_to<std::size_t>;

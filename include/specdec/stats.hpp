@@ -66,9 +66,12 @@ struct Generation {
 /// What to generate.
 struct GenerateOptions {
   std::size_t max_new_tokens = 128;
-  std::size_t draft_length = 4;      // k: proposals per round (the maximum, with an adaptive draft length)
+  std::size_t draft_length = 4;      // k: proposals per round (the maximum, with an adaptive draft length);
+                                     // at most max_draft_length (256) with a fixed one
   std::vector<Token> stop_tokens{};  // generation ends right after emitting one of these
-  std::uint64_t seed = 0;            // same seed, same tokens
+  std::uint64_t seed = 0;            // same seed, same tokens: with CoupledSampling for any draft and k; with
+                                     // RejectionSampling for the same draft and the same k each round (an
+                                     // adaptive k follows measured times, so it may differ from run to run)
   std::function<bool(Token)> on_token{};  // called once per final token, in order; return false to stop
   /// Ends a round's drafting when the draft's most probable token has probability below this (llama.cpp's
   /// draft p-min), so a weak draft costs little. 0 = off. A flat draft row (no preference) always ends drafting.

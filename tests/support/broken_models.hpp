@@ -1,16 +1,19 @@
-// Models that break the Model contract on purpose, to test the decoder's checks.
+// Models that break the Model contract on purpose, to test the decoder's checks, and one at its edge (-inf).
 #pragma once
 
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include <specdec/specdec.hpp>
 
 namespace specdec::test {
 
-/// Wraps a ToyModel and corrupts its output: wrong number of rows or columns, or a NaN/inf value.
+/// Wraps a ToyModel and corrupts its output: wrong number of rows or columns, a NaN or +inf value, or a last
+/// row of -inf alone (every token masked out).
 class BrokenModel {
  public:
-  enum class Fault { none, extra_row, missing_column, nan, infinity };
+  enum class Fault { none, extra_row, missing_column, nan, infinity, all_masked };
   BrokenModel(ToyModelConfig config, Fault fault, std::size_t healthy_calls = 0)
       : inner_(config), fault_(fault), healthy_calls_(healthy_calls) {}
 
@@ -26,6 +29,7 @@ class BrokenModel {
       case Fault::missing_column: logits_.conservativeResize(logits_.rows(), logits_.cols() - 1); break;
       case Fault::nan: logits_(logits_.rows() - 1, 3) = std::numeric_limits<float>::quiet_NaN(); break;
       case Fault::infinity: logits_(0, 1) = std::numeric_limits<float>::infinity(); break;
+      case Fault::all_masked: logits_.bottomRows(1).setConstant(-std::numeric_limits<float>::infinity()); break;
     }
     return logits_;
   }
@@ -38,6 +42,28 @@ class BrokenModel {
   Logits logits_;
 };
 static_assert(Model<BrokenModel>);
+
+/// A ToyModel with some tokens masked out: their logits are -inf in every row, which the Model contract allows.
+class MaskedModel {
+ public:
+  MaskedModel(ToyModelConfig config, std::vector<Token> masked) : inner_(config), masked_(std::move(masked)) {}
+
+  std::size_t vocab_size() const { return inner_.vocab_size(); }
+  std::size_t context_size() const { return inner_.context_size(); }
+  std::uint64_t revision() const { return inner_.revision(); }
+  void truncate(std::size_t n) { inner_.truncate(n); }
+  const Logits& forward(std::span<const Token> tokens) {
+    logits_ = inner_.forward(tokens);
+    for (const Token t : masked_) logits_.col(t).setConstant(-std::numeric_limits<float>::infinity());
+    return logits_;
+  }
+
+ private:
+  ToyModel inner_;
+  std::vector<Token> masked_;
+  Logits logits_;
+};
+static_assert(Model<MaskedModel>);
 
 /// Not a model: it lacks truncate().
 struct NotAModel {

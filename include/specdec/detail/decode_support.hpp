@@ -94,7 +94,8 @@ class TrackedModel {
     }
   }
 
-  /// One checked, timed forward call: logits must be [tokens.size(), vocab] and finite.
+  /// One checked, timed forward call: logits must be [tokens.size(), vocab], numbers or -inf (a token masked
+  /// out, as transform_logits takes it), with at least one number in every row.
   const Logits& forward(std::span<const Token> tokens, double& seconds, std::size_t& calls) {
     check_fits(tokens.size());
     const auto start = Clock::now();
@@ -107,8 +108,13 @@ class TrackedModel {
     if (rows != tokens.size() || cols != vocab_size())
       fail(role_, " returned logits of shape [", rows, ", ", cols, "], expected [", tokens.size(), ", ", vocab_size(), "]");
     const std::span<const float> values(logits.data(), rows * cols);
-    if (const auto bad = first_bits_where(values, not_finite_bits))
-      fail(role_, " returned a non-finite logit (", values[*bad], ") at row ", *bad / cols, ", column ", *bad % cols);
+    if (first_bits_where(values, not_finite_bits)) {  // rare: only such logits are searched again
+      if (const auto bad = first_bits_where(values, nan_or_plus_inf_bits))
+        fail(role_, " returned a non-finite logit (", values[*bad], ") at row ", *bad / cols, ", column ", *bad % cols);
+      for (std::size_t r = 0; r < rows; ++r)
+        if (!first_bits_where(values.subspan(r * cols, cols), [](std::uint32_t bits) { return bits != 0xff800000u; }))
+          fail(role_, " returned -inf for every token at row ", r, ": no token left to choose");
+    }
     return logits;
   }
 
