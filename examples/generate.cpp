@@ -6,9 +6,12 @@
 // Reads top-down: arguments -> models -> one run per decoder -> text, summary or JSON.
 #include <charconv>
 #include <cstdio>
+#include <functional>
+#include <initializer_list>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <variant>
@@ -32,7 +35,7 @@ constexpr const char* kUsage = R"(usage: specdec-generate [options]
   --chat                    wrap the prompt in the model's chat template
   --draft KIND              none | ngram[:N] (N-gram prompt lookup, N up to 16, default 16) | early-exit:L |
                             PATH of a second GGUF (default ngram)
-  --k N                     draft length (default 4; with --adaptive, the largest allowed, default 8)
+  --k N                     draft length, 1..64 (default 4; with --adaptive, the largest allowed, default 8)
   --adaptive                choose the draft length each round (AdaptiveDraftLength)
   --max-tokens N            new tokens at most (default 128)
   --temp T                  temperature; 0 = greedy (default 0)
@@ -40,7 +43,7 @@ constexpr const char* kUsage = R"(usage: specdec-generate [options]
   --top-p P                 nucleus sampling mass in (0, 1] (default 1)
   --sampling rejection|coupled   acceptance policy when --temp > 0 (default rejection)
   --seed S                  random seed (default 0)
-  --threads N               threads (default 1)
+  --threads N               threads, 1..256 (default 1)
   --format F                in-memory weights: f32 | bf16 | bf16_dot | quantized | quantized_dot (default
                             quantized_dot: integer dot products with inputs rounded to int8 per 32
                             columns; quantized: the same products with 24-bit inputs, about as
@@ -96,6 +99,7 @@ struct Args {
   bool compare = false;
   bool json = false;
   bool help = false;  // --help: print the usage and nothing else
+  std::set<std::string, std::less<>> given;  // the flags on the command line
 };
 
 template <class T>
@@ -117,6 +121,7 @@ Args parse_args(int argc, char** argv) {
       if (i + 1 >= argc) throw UsageError(std::string(flag) + " needs a value");
       return argv[++i];
     };
+    a.given.emplace(flag);
     if (flag == "--help" || flag == "-h") {
       a.help = true;
       return a;  // the arguments after it are not read
@@ -191,6 +196,18 @@ DraftSpec parse_draft(const std::string& text, std::size_t target_layers) {
     d.path = text;
   }
   return d;
+}
+
+/// The flags given that change nothing in this run (llama.cpp ignores such flags without a word), each with why.
+std::vector<std::string> unused_flags(const Args& a, DraftSpec::Kind draft) {
+  std::vector<std::string> out;
+  const auto note = [&](std::initializer_list<const char*> flags, const char* why) {
+    for (const char* flag : flags)
+      if (a.given.contains(flag)) out.push_back(std::string(flag) + " has no effect " + why);
+  };
+  if (draft == DraftSpec::Kind::none) note({"--k", "--adaptive"}, "with --draft none (plain decoding)");
+  if (a.sampling.temperature == 0.0f) note({"--sampling", "--seed", "--top-k", "--top-p"}, "at --temp 0 (greedy)");
+  return out;
 }
 
 /// One finished run: the generation and its text.
@@ -288,6 +305,8 @@ void print_summary(const char* label, const DecodeStats& s) {
   if (s.drafted_tokens > 0)
     std::fprintf(stderr, ", acceptance %.1f%%, %.2f tokens per target call", 100.0 * s.acceptance_rate(),
                  s.tokens_per_target_call());
+  else if (std::string_view(label) != "plain")  // the draft never proposed (an adaptive k that stayed at 0)
+    std::fprintf(stderr, ", nothing drafted");
   std::fprintf(stderr, " (prompt: %zu tokens, %.2f s)\n", s.prompt_tokens, s.prefill_seconds);
 }
 
@@ -335,13 +354,16 @@ int run_main(int argc, char** argv) {
                                                target.pool(), args.kv_format);
   }
   // Positions past the trained context run (RoPE extends to any position), but the model was not trained on
-  // them: said once on stderr, after every check that can fail (llama.cpp warns when its context is larger).
+  // them: said once on stderr, after the checks of the arguments and files (llama.cpp warns when its context is
+  // larger).
   if (const std::size_t trained = target.config().context_length;
       trained > 0 && prompt.size() + args.max_tokens > trained)
     std::fprintf(stderr,
                  "specdec-generate: warning: prompt (%zu tokens) + --max-tokens (%zu) reach past the model's trained "
                  "context of %zu positions; text beyond it may lose coherence\n",
                  prompt.size(), args.max_tokens, trained);
+  for (const std::string& unused : unused_flags(args, draft_spec.kind))
+    std::fprintf(stderr, "specdec-generate: warning: %s\n", unused.c_str());
   const bool stream = !args.json;
   if (stream) stream_out(prompt_text);
 

@@ -142,6 +142,17 @@ check("a failing request past the trained context prints its error alone", r.ret
 check("no such warning inside the trained context", "trained context" not in run(
     "--prompt", "The capital of France is", "--max-tokens", "4", "--json").stderr)
 
+# A flag that changes nothing in a run is named on stderr, one line each; flags that take effect raise nothing.
+r = run("--prompt", "The capital of France is", "--max-tokens", "4", "--draft", "none", "--k", "3", "--seed", "5",
+        "--top-p", "0.9", "--json")
+check("flags without effect are named, one warning each", r.returncode == 0 and r.stderr.splitlines() == [
+    "specdec-generate: warning: --k has no effect with --draft none (plain decoding)",
+    "specdec-generate: warning: --seed has no effect at --temp 0 (greedy)",
+    "specdec-generate: warning: --top-p has no effect at --temp 0 (greedy)"], r.stderr)
+r = run("--prompt", "The capital of France is", "--max-tokens", "4", "--k", "3", "--adaptive", "--temp", "0.7",
+        "--seed", "5", "--top-k", "40", "--top-p", "0.9", "--sampling", "coupled", "--json")
+check("flags that take effect raise no warning", r.returncode == 0 and r.stderr == "", r.stderr)
+
 # Text mode streams the text and prints a summary.
 r = run("--prompt", "The capital of France is", "--max-tokens", "8", "--compare")
 check("text mode streams the continuation", r.returncode == 0 and r.stdout.startswith("The capital of France is"), r.stdout)
