@@ -400,7 +400,12 @@ TEST_CASE("an early-exit draft runs the target's first layers with the target's 
     const auto& target_logits = model.forward(tokens);
     REQUIRE(std::memcmp(draft_logits.data(), target_logits.data(), draft_logits.size() * sizeof(float)) == 0);
   }
-  REQUIRE_THROWS_WITH(EarlyExitDraft(target, 3), Catch::Contains("1 to 2 layers, got 3"));
+  REQUIRE_THROWS_WITH(EarlyExitDraft(target, 3), "EarlyExitDraft needs 1 to 2 of the target's layers, got 3");
+  REQUIRE_THROWS_WITH(EarlyExitDraft(target, 0), "EarlyExitDraft needs 1 to 2 of the target's layers, got 0");
+  // Load options out of range are named before any file is read (this one does not exist).
+  CHECK_THROWS_WITH(LlamaModel::load("/nonexistent/model.gguf", {.threads = 0}), "LoadOptions::threads must be at least 1, got 0");
+  CHECK_THROWS_WITH(LlamaModel::load("/nonexistent/model.gguf", {.max_context = 0}),
+                    "LoadOptions::max_context must be at least 1, got 0");
 }
 
 TEST_CASE("a position's logits are bit-identical alone or in a batch, for every format and thread count",

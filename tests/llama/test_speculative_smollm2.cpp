@@ -123,10 +123,15 @@ TEST_CASE("coupled sampling on SmolLM2 gives the plain coupled tokens for every 
 
 TEST_CASE("a second model with another vocabulary is refused with the first difference named", "[llama][errors]") {
   llama::Tokenizer::Vocabulary a{.tokens = {"a", "b", "c"}}, b{.tokens = {"a", "x", "c"}}, c{.tokens = {"a", "b"}};
+  llama::Tokenizer::Vocabulary d{.tokens = {"a", "x"}};
   CHECK_THROWS_WITH(llama::check_same_vocabulary(llama::Tokenizer(b), llama::Tokenizer(a)),
                     "draft token 1 is 'x', target token 1 is 'b'");
   CHECK_THROWS_WITH(llama::check_same_vocabulary(llama::Tokenizer(c), llama::Tokenizer(a)),
-                    "draft vocabulary has 2 tokens, target has 3");
+                    "draft vocabulary has 2 tokens, target has 3: the first extra is target token 2, 'c'");
+  CHECK_THROWS_WITH(llama::check_same_vocabulary(llama::Tokenizer(a), llama::Tokenizer(c)),
+                    "draft vocabulary has 3 tokens, target has 2: the first extra is draft token 2, 'c'");
+  CHECK_THROWS_WITH(llama::check_same_vocabulary(llama::Tokenizer(d), llama::Tokenizer(a)),
+                    "draft token 1 is 'x', target token 1 is 'b'");  // a token that differs comes first
 }
 
 TEST_CASE("append (no logits) leaves the same cache as forward: the next logits are bit-identical", "[llama][smollm2]") {

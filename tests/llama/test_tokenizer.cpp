@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "specdec/llama/gguf.hpp"
@@ -204,6 +205,9 @@ TEST_CASE("chat_prompt renders smollm2 chatml with the default system turn", "[t
   CHECK(std::count(ids.begin(), ids.end(), 1) == 3);
   CHECK(std::count(ids.begin(), ids.end(), 2) == 2);
 }
+
+// A stream keeps a pointer to its tokenizer: a temporary one would be gone before the first push.
+static_assert(std::is_constructible_v<TextStream, const Tokenizer&> && !std::is_constructible_v<TextStream, Tokenizer>);
 
 TEST_CASE("text stream holds back a multi-byte character split across tokens", "[tokenizer]") {
   const Tokenizer& tok = smollm2();

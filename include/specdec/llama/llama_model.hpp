@@ -32,9 +32,12 @@ namespace specdec::llama {
 ///   const specdec::Logits& logits = model.forward(prompt_tokens);  // [prompt size, 49152]
 class LlamaModel {
  public:
-  /// Opens a GGUF file and loads it in options.format. Throws specdec::Error on unreadable files,
-  /// missing keys or tensors, and tensor shapes that disagree with the hyperparameters.
+  /// Opens a GGUF file and loads it in options.format. Throws specdec::Error on options out of range (before
+  /// the file is read), unreadable files, missing keys or tensors, and tensor shapes that disagree with the
+  /// hyperparameters.
   static LlamaModel load(const std::filesystem::path& path, const LoadOptions& options = {}) {
+    if (options.threads == 0) specdec::detail::fail("LoadOptions::threads must be at least 1, got 0");
+    if (options.max_context == 0) specdec::detail::fail("LoadOptions::max_context must be at least 1, got 0");
     const gguf::File file = gguf::File::open(path);
     return LlamaModel(LlamaWeights::load(file, options.format), options.max_context,
                       std::make_shared<ThreadPool>(options.threads), options.kv_format);
@@ -82,10 +85,11 @@ class LlamaModel {
 /// KvFormat.
 class EarlyExitDraft {
  public:
-  /// requires: 1 <= layers <= target.config().layers. Draft and target share a thread pool: on different
-  /// threads they take turns on it.
+  /// Throws specdec::Error unless 1 <= layers <= target.config().layers. Draft and target share a thread pool:
+  /// on different threads they take turns on it.
   EarlyExitDraft(const LlamaModel& target, std::size_t layers)
-      : state_(target.weights(), layers, target.max_context(), target.pool(), target.kv_format()) {}
+      : state_(target.weights(), checked_layers(target, layers), target.max_context(), target.pool(),
+               target.kv_format()) {}
 
   std::size_t vocab_size() const { return state_.config().vocab; }
   std::size_t context_size() const { return state_.context_size(); }
@@ -99,6 +103,13 @@ class EarlyExitDraft {
   std::size_t weight_bytes_per_forward() const { return state_.weights()->bytes_per_forward(state_.layers()); }
 
  private:
+  static std::size_t checked_layers(const LlamaModel& target, std::size_t layers) {
+    const std::size_t all = target.weights()->config().layers;  // weights() throws for a moved-from target
+    if (layers == 0 || layers > all)
+      specdec::detail::fail("EarlyExitDraft needs 1 to ", all, " of the target's layers, got ", layers);
+    return layers;
+  }
+
   detail::Transformer state_;
 };
 

@@ -346,6 +346,7 @@ class TextStream {
  public:
   /// requires: `tokenizer` outlives the stream.
   explicit TextStream(const Tokenizer& tokenizer) : tokenizer_(&tokenizer) {}
+  explicit TextStream(Tokenizer&&) = delete;  // a temporary would be gone before the first push
 
   /// Adds one token; returns the text that is now complete (possibly empty).
   std::string push(Token t) {
