@@ -333,9 +333,12 @@ int run_main(int argc, char** argv) {
                      " has no token in this vocabulary (the tokenizer would drop it)");
   }
   if (prompt.empty()) throw UsageError("--prompt is empty");
-  if (prompt.size() > args.max_context || args.max_tokens > args.max_context - prompt.size())  // no wrap-around
+  // The model holds the prompt and every new token but the last, which is never fed back (as the decoder's own
+  // limit counts it). Written without wrap-around.
+  if (prompt.size() > args.max_context || (args.max_tokens > 0 && args.max_tokens - 1 > args.max_context - prompt.size()))
     throw UsageError("prompt (" + std::to_string(prompt.size()) + " tokens) + --max-tokens (" +
-                     std::to_string(args.max_tokens) + ") exceeds --max-context " + std::to_string(args.max_context));
+                     std::to_string(args.max_tokens) + ") exceeds --max-context " + std::to_string(args.max_context) +
+                     " (the model holds the prompt and all new tokens but the last)");
 
   GenerateOptions options{.max_new_tokens = args.max_tokens,
                           .draft_length = args.k.value_or(args.adaptive ? 8 : 4),

@@ -153,6 +153,15 @@ r = run("--prompt", "The capital of France is", "--max-tokens", "4", "--k", "3",
         "--seed", "5", "--top-k", "40", "--top-p", "0.9", "--sampling", "coupled", "--json")
 check("flags that take effect raise no warning", r.returncode == 0 and r.stderr == "", r.stderr)
 
+# The context holds the prompt and every new token but the last, which is never fed back: exactly that fits.
+prompt_tokens = run_json("--max-tokens", "1", "--draft", "none")["prompt_tokens"]
+for draft in ("none", "ngram", "early-exit:8"):
+    out = run_json("--max-tokens", "4", "--max-context", str(prompt_tokens + 3), "--draft", draft)
+    check(f"prompt + --max-tokens - 1 positions fit --max-context exactly (--draft {draft})",
+          len(out["tokens"]) == 4, str(out["tokens"]))
+r = run("--max-tokens", "5", "--max-context", str(prompt_tokens + 3))
+check("one position more is refused", r.returncode == 2 and "exceeds --max-context" in r.stderr, r.stderr)
+
 # Text mode streams the text and prints a summary.
 r = run("--prompt", "The capital of France is", "--max-tokens", "8", "--compare")
 check("text mode streams the continuation", r.returncode == 0 and r.stdout.startswith("The capital of France is"), r.stdout)
