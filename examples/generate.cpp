@@ -305,7 +305,7 @@ void print_summary(const char* label, const DecodeStats& s) {
   if (s.drafted_tokens > 0)
     std::fprintf(stderr, ", acceptance %.1f%%, %.2f tokens per target call", 100.0 * s.acceptance_rate(),
                  s.tokens_per_target_call());
-  else if (std::string_view(label) != "plain")  // the draft never proposed (an adaptive k that stayed at 0)
+  else if (std::string_view(label) != "plain")  // the draft never proposed (k stayed at 0, no prompt match, ...)
     std::fprintf(stderr, ", nothing drafted");
   std::fprintf(stderr, " (prompt: %zu tokens, %.2f s)\n", s.prompt_tokens, s.prefill_seconds);
 }
@@ -360,7 +360,7 @@ int run_main(int argc, char** argv) {
   // them: said once on stderr, after the checks of the arguments and files (llama.cpp warns when its context is
   // larger).
   if (const std::size_t trained = target.config().context_length;
-      trained > 0 && prompt.size() + args.max_tokens > trained)
+      trained > 0 && args.max_tokens > 0 && prompt.size() + args.max_tokens - 1 > trained)  // as --max-context
     std::fprintf(stderr,
                  "specdec-generate: warning: prompt (%zu tokens) + --max-tokens (%zu) reach past the model's trained "
                  "context of %zu positions; text beyond it may lose coherence\n",

@@ -305,6 +305,12 @@ TEST_CASE("bad arguments and misbehaving models raise specdec::Error naming the 
   test::BrokenModel all_masked(target_config(), Fault::all_masked, 1);
   CHECK_THROWS_WITH(generate_autoregressive(all_masked, Greedy{}, prompt, {}),
                     "target returned -inf for every token at row 0: no token left to choose");
+  test::BrokenModel masked_draft(good_draft_config(), Fault::all_masked, 1), masked_verify(target_config(), Fault::all_masked, 1);
+  CHECK_THROWS_WITH(SpeculativeDecoder(masked_draft, target).generate(prompt, {}),
+                    "draft returned -inf for every token at row 0: no token left to choose");
+  ToyModel good_draft(good_draft_config());  // proposes 3: the verify pass's last row of 4 is the masked one
+  CHECK_THROWS_WITH(SpeculativeDecoder(good_draft, masked_verify).generate(prompt, {.draft_length = 3}),
+                    "target returned -inf for every token at row 3: no token left to choose");
   ToyModel fine(target_config());
   CHECK_THROWS_WITH(fine.forward(std::vector<Token>{33}), "toy model got token 33, outside the vocabulary of 32 tokens");
 }

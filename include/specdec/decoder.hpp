@@ -46,14 +46,15 @@ class SpeculativeDecoder {
     if constexpr (requires { length_.validate(); }) length_.validate();  // a tuning field out of range, now
   }
 
-  /// Generates up to options.max_new_tokens tokens after `prompt`. The result equals what fresh, empty models
-  /// would give; a prompt prefix the models already hold from an earlier call is reused, not recomputed.
-  /// Throws specdec::Error for an empty prompt, a token outside the vocabulary, a prompt longer than the
-  /// target's max_context (HasMaxContext), a draft_length above max_draft_length, a model's malformed logits
-  /// and a policy's token outside the vocabulary; and when the generation reaches the end of a model's context
-  /// before it ends (plain decoding would too: the target holds the prompt and all but the last new token, so
-  /// prompt + max_new_tokens − 1 positions fit), at that point, after the tokens before it have gone to
-  /// on_token. returns: the new tokens, statistics, stop reason.
+  /// Generates up to options.max_new_tokens tokens after `prompt`. The result equals what fresh, empty models would
+  /// give; a prompt prefix the models already hold from an earlier call is reused, not recomputed. Throws
+  /// specdec::Error for an empty prompt, a token outside the vocabulary, a prompt longer than the target's
+  /// max_context (HasMaxContext), a draft_length above max_draft_length with FixedDraftLength (before the prompt is
+  /// processed; another draft-length policy asking for more fails in that round), a model's malformed logits and a
+  /// policy's token outside the vocabulary; and when the generation reaches the end of a model's context before it
+  /// ends (plain decoding would too: the target holds the prompt and all but the last new token, so prompt +
+  /// max_new_tokens − 1 positions fit), at that point, after the tokens before it have gone to on_token. returns: the
+  /// new tokens, statistics, stop reason.
   Generation generate(std::span<const Token> prompt, const GenerateOptions& options) {
     const auto start = detail::Clock::now();
     const std::size_t vocab = target_.vocab_size();

@@ -35,7 +35,8 @@ struct RoundReport {
 /// every generate() call (after the prompt is processed).
 template <class P>
 concept DraftLengthPolicy = requires(P& policy, const GenerateOptions& options, const RoundReport& report) {
-  { policy.next(options) } -> std::convertible_to<std::size_t>;  // k for the coming round (0 = plain decoding)
+  { policy.next(options) } -> std::convertible_to<std::size_t>;  // k for the coming round (0 = plain decoding;
+                                                                   // at most max_draft_length)
   policy.observe(report);                                          // feedback after the round
 };
 

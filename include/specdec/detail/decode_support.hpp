@@ -108,17 +108,31 @@ class TrackedModel {
     if (rows != tokens.size() || cols != vocab_size())
       fail(role_, " returned logits of shape [", rows, ", ", cols, "], expected [", tokens.size(), ", ", vocab_size(), "]");
     const std::span<const float> values(logits.data(), rows * cols);
-    if (first_bits_where(values, not_finite_bits)) {  // rare: only such logits are searched again
-      if (const auto bad = first_bits_where(values, nan_or_plus_inf_bits))
-        fail(role_, " returned a non-finite logit (", values[*bad], ") at row ", *bad / cols, ", column ", *bad % cols);
-      for (std::size_t r = 0; r < rows; ++r)
-        if (!first_bits_where(values.subspan(r * cols, cols), [](std::uint32_t bits) { return bits != 0xff800000u; }))
-          fail(role_, " returned -inf for every token at row ", r, ": no token left to choose");
-    }
+    if (first_bits_where(values, not_finite_bits)) check_masked_rows(values, cols);  // a model that masks tokens
     return logits;
   }
 
  private:
+  /// The check of forward()'s logits where some are not numbers: -inf (a masked token) passes, NaN and +inf do
+  /// not, nor a row of -inf alone. One pass over each row (and a search for the first bad value, if any).
+  void check_masked_rows(std::span<const float> values, std::size_t cols) const {
+    for (std::size_t r = 0; r * cols < values.size(); ++r) {
+      const std::span<const float> row = values.subspan(r * cols, cols);
+      std::uint32_t bad = 0, masked = 1;
+      for (const float v : row) {
+        std::uint32_t bits;
+        std::memcpy(&bits, &v, sizeof bits);
+        bad |= static_cast<std::uint32_t>(nan_or_plus_inf_bits(bits));
+        masked &= static_cast<std::uint32_t>(bits == 0xff800000u);
+      }
+      if (bad) {
+        const auto at = *first_bits_where(row, nan_or_plus_inf_bits);
+        fail(role_, " returned a non-finite logit (", row[at], ") at row ", r, ", column ", at);
+      }
+      if (masked) fail(role_, " returned -inf for every token at row ", r, ": no token left to choose");
+    }
+  }
+
   /// The logits a forward call returned, as a reference that stays valid until the next call: the model's own
   /// Logits where it returns a reference to them (the shipped models do), else a copy kept here. The Model
   /// concept allows anything that converts to const Logits& (a Logits by value, a column-major matrix), and a
