@@ -88,8 +88,7 @@ class EarlyExitDraft {
   /// Throws specdec::Error unless 1 <= layers <= target.config().layers. Draft and target share a thread pool:
   /// on different threads they take turns on it.
   EarlyExitDraft(const LlamaModel& target, std::size_t layers)
-      : state_(target.weights(), checked_layers(target, layers), target.max_context(), target.pool(),
-               target.kv_format()) {}
+      : state_(target.weights(), layers, target.max_context(), target.pool(), target.kv_format()) {}
 
   std::size_t vocab_size() const { return state_.config().vocab; }
   std::size_t context_size() const { return state_.context_size(); }
@@ -103,13 +102,6 @@ class EarlyExitDraft {
   std::size_t weight_bytes_per_forward() const { return state_.weights()->bytes_per_forward(state_.layers()); }
 
  private:
-  static std::size_t checked_layers(const LlamaModel& target, std::size_t layers) {
-    const std::size_t all = target.weights()->config().layers;  // weights() throws for a moved-from target
-    if (layers == 0 || layers > all)
-      specdec::detail::fail("EarlyExitDraft needs 1 to ", all, " of the target's layers, got ", layers);
-    return layers;
-  }
-
   detail::Transformer state_;
 };
 

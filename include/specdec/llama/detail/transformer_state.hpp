@@ -40,8 +40,8 @@ class TransformerState {
     if (!weights_) specdec::detail::fail("llama model needs weights, got none");
     if (!pool_) pool_ = std::make_shared<ThreadPool>(1);
     const LlamaConfig& c = weights_->config();
-    if (layers == 0 || layers > c.layers)
-      specdec::detail::fail("llama model runs 1 to ", c.layers, " layers, got ", layers);
+    if (layers == 0 || layers > c.layers)  // LlamaModel runs them all: only EarlyExitDraft asks for fewer
+      specdec::detail::fail("EarlyExitDraft needs 1 to ", c.layers, " of the target's layers, got ", layers);
     if (max_context == 0) specdec::detail::fail("llama model needs max_context > 0, got 0");
     // A max_context too large for memory is a specdec::Error that names it (the cache's own errors prefixed).
     try {
