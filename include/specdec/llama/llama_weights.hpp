@@ -83,8 +83,8 @@ struct LlamaConfig {
   static constexpr std::size_t max_size = std::size_t{1} << 24;
   static constexpr std::size_t max_layers = 4096;
   /// Largest head width (llama.attention.key_length) accepted: 4x the widest of llama-architecture models (256).
-  /// The RoPE table holds max_context x head width floats, written and computed when a model is made, so a small
-  /// file declaring a wider head would cost gigabytes and minutes there.
+  /// The RoPE table holds head width floats a position, computed as positions are reached, and the cache
+  /// more, so a small file declaring a wider head would cost gigabytes and minutes in a model's first forwards.
   static constexpr std::size_t max_head_width = 1024;
   static constexpr std::size_t max_vocab = specdec::max_vocab_size;  // token ids are int32
 

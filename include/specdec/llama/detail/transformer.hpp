@@ -93,6 +93,7 @@ class Transformer : public TransformerState {
     revision_ = specdec::next_revision();
     if (n == 0) return logits_;
     reserve(n);
+    extend_rope(start + n);
     const std::size_t e = c.embedding;
     ThreadPool& pool = *pool_;
 

@@ -1,6 +1,6 @@
 // specdec/llama/detail/transformer_state.hpp — the memory of one running transformer: the shared weights and
-// thread pool, the KV cache in its KvFormat with the transposed key blocks and q8 scales, the RoPE table, the
-// attention score rows (sized for max_context at construction) and the activation buffers (grown on demand).
+// thread pool, the KV cache in its KvFormat with the transposed key blocks and q8 scales, the attention score
+// rows (sized for max_context at construction), and the RoPE table and activation buffers (grown on demand).
 // Entry point: detail::TransformerState. Read first: ../llama_options.hpp. Read next: transformer.hpp (the
 // forward pass that computes into it).
 #pragma once
@@ -49,9 +49,9 @@ class TransformerState {
     } catch (const specdec::Error& e) {
       specdec::detail::fail("llama model of max_context ", max_context, ": ", e.what());
     } catch (const std::bad_alloc&) {
-      // Keys (twice: rows and transposed blocks) and values per position and layer, and the RoPE table.
+      // Keys (twice: rows and transposed blocks) and values per position and layer.
       const double element = kv_format_ == KvFormat::f32 ? 4.0 : kv_format_ == KvFormat::f16 ? 2.0 : 1.0 + 8.0 / double(c.head_dim);
-      const double per_position = 3.0 * double(layers * c.kv_heads * c.head_dim) * element + 4.0 * double(c.rope_dims);
+      const double per_position = 3.0 * double(layers * c.kv_heads * c.head_dim) * element;
       specdec::detail::fail("llama model of max_context ", max_context, ": out of memory for its caches (",
                             per_position / 1024.0, " KiB a position, ", per_position * double(max_context) / double(1 << 30),
                             " GiB in all)");
@@ -85,7 +85,8 @@ class TransformerState {
   const std::shared_ptr<ThreadPool>& pool() const { return pool_; }
 
  protected:
-  /// The KV cache, the transposed key blocks, the q8 scales, the RoPE table and the score rows for max_context.
+  /// The KV cache, the transposed key blocks, the q8 scales and the score rows for max_context; the RoPE
+  /// frequencies.
   void allocate_caches(std::size_t layers, std::size_t max_context) {
     const LlamaConfig& c = weights_->config();
     blocks_ = (max_context + key_block - 1) / key_block;
@@ -98,20 +99,30 @@ class TransformerState {
       key_scales_ = specdec::detail::ZeroedArray<float>(layers * c.kv_heads * blocks_ * key_block);
       value_scales_ = specdec::detail::ZeroedArray<float>(key_scales_.size());
     }
-    // RoPE table: θ_j = pos·base^(−2j/rope_dims), computed in double once.
+    // RoPE frequencies base^(−2j/rope_dims), in double; the table's rows follow as positions are reached.
     const std::size_t pairs = c.rope_dims / 2;
-    std::vector<double> frequencies(pairs);  // base^(−2j/rope_dims)
+    rope_frequencies_.resize(pairs);
     for (std::size_t j = 0; j < pairs; ++j)
-      frequencies[j] = std::pow(double(c.rope_base), -2.0 * double(j) / double(c.rope_dims));
-    rope_.resize(max_context * pairs * 2);
-    for (std::size_t pos = 0; pos < max_context; ++pos)
+      rope_frequencies_[j] = std::pow(double(c.rope_base), -2.0 * double(j) / double(c.rope_dims));
+    score_stride_ = blocks_ * key_block;
+    scores_.resize(pool_->threads() * (c.heads / c.kv_heads) * attention_span() * score_stride_);
+  }
+
+  /// Makes the RoPE table hold the first `positions` positions (at most max_context): cos and sin of
+  /// θ_j = pos·base^(−2j/rope_dims), computed in double. It grows at least twofold at a time, so a model costs
+  /// table memory and time for the positions it reaches, not for max_context (a 131072-position model made
+  /// 33.5 MB of table in 0.12 s before its first token); a row's values do not depend on when it is computed.
+  void extend_rope(std::size_t positions) {
+    const std::size_t pairs = rope_frequencies_.size(), have = pairs == 0 ? 0 : rope_.size() / (pairs * 2);
+    if (positions <= have) return;
+    const std::size_t grown = std::min(max_context_, std::max({positions, 2 * have, std::size_t{64}}));
+    rope_.resize(grown * pairs * 2);
+    for (std::size_t pos = have; pos < grown; ++pos)
       for (std::size_t j = 0; j < pairs; ++j) {
-        const double theta = double(pos) * frequencies[j];
+        const double theta = double(pos) * rope_frequencies_[j];
         rope_[(pos * pairs + j) * 2] = static_cast<float>(std::cos(theta));
         rope_[(pos * pairs + j) * 2 + 1] = static_cast<float>(std::sin(theta));
       }
-    score_stride_ = blocks_ * key_block;
-    scores_.resize(pool_->threads() * (c.heads / c.kv_heads) * attention_span() * score_stride_);
   }
 
   /// Forwards of at most this many positions run run_blocks_together: a verify pass's, not a prompt's, where each
@@ -214,7 +225,8 @@ class TransformerState {
   KeyBlocks<std::int8_t> keys_t8_;
   // q8 only: per cache layer [blocks·key_block], each position's key and value row scale.
   specdec::detail::ZeroedArray<float> key_scales_, value_scales_;  // zeros, untouched until written
-  std::vector<float> rope_;    // [max_context, rope_dims / 2, (cos, sin)]
+  std::vector<double> rope_frequencies_;  // [rope_dims / 2]: base^(−2j/rope_dims)
+  std::vector<float> rope_;    // [positions reached (extend_rope), rope_dims / 2, (cos, sin)]
   std::size_t score_stride_ = 0;  // blocks_·key_block
   std::vector<float> scores_;  // [threads, group, score_stride]: attention scratch per thread
   std::uint64_t revision_ = 0;  // see revision()
