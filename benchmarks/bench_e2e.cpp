@@ -4,7 +4,8 @@
 //   BM_Cost/<kind>/target/w<w>   t_v(w): one target forward of w positions at the kind's mean decoding context
 //                                (mean prompt + half the token limit); all widths are sampled in turn, so that
 //                                their ratios do not absorb the machine's drift between them
-//   BM_Cost/<kind>/draft/<draft> t_d: one draft step at that context
+//   BM_Cost/<kind>/draft/<draft> t_d: one draft step at that context; counter catch_up_seconds, t_u: one
+//                                catch-up call of one token (through the draft's append() where it has one)
 //   BM_Cost/clock/start, /end    the core clock (GHz) before and after all runs: how far the machine drifted
 //   BM_Stages/<kind>             where a target forward of w positions spends its time at that context, by stage
 //                                (weight products of the blocks, attention, output head, the rest), w = 1..k+1
@@ -13,9 +14,10 @@
 //
 // Counters of an E2E run: tokens_per_second, alpha (acceptance), tau (tokens per round), acc<i> (acceptance
 // at draft position i), speedup (vs plain decoding of the same tasks, run right after each task:
-// plain_tokens_per_second), predicted (the cost model S = tau * t_AR / (d * t_d + t_v(w)), d the draft steps
-// per round and t_v(w) averaged over the rounds' verify widths, with t_AR, t_d and t_v sampled between the
-// configuration's own tasks, so in the same minutes as the runs: counters t_ar, t_d), predicted_table (the
+// plain_tokens_per_second), predicted (the cost model S = tau * t_AR / (d * t_d + u * t_u + t_v(w)), d the
+// draft steps and u the draft's catch-up calls per round, t_u one catch-up of one token, and t_v(w) averaged over
+// the rounds' verify widths, with t_AR, t_d, t_u and t_v sampled between the configuration's own tasks, so in
+// the same minutes as the runs: counters t_ar, t_d, t_u, catch_ups_per_round), predicted_table (the
 // same with the BM_Cost table measured before all runs), predicted_in_run (the same with the runs' own model-call
 // times: plain decoding's mean forward as t_AR, the speculative rounds' mean draft + verify time), identical
 // (1 when every task's tokens equal plain decoding's; -1 where only the distribution is the same).
@@ -100,8 +102,11 @@ struct Bench {
   std::map<std::string, std::size_t> cost_context;                // kind -> context at which costs are measured
   std::map<std::string, std::map<std::size_t, double>> t_verify;  // kind -> width -> seconds
   std::map<std::string, std::map<std::string, double>> t_draft;   // kind -> draft -> seconds per step
+  std::map<std::string, std::map<std::string, double>> t_catch_up;  // kind -> draft -> seconds per catch-up call
   std::map<std::string, std::vector<std::vector<Token>>> plain_tokens;  // kind/mode -> per task
   std::map<std::string, double> plain_rate;                             // kind/mode -> tokens/s
+
+  static std::string model_path() { return env("SPECDEC_MODEL", SPECDEC_SOURCE_DIR "/models/SmolLM2-135M-Instruct.Q4_1.gguf"); }
 
   static Bench& get() {
     static Bench bench;
@@ -110,7 +115,7 @@ struct Bench {
 
  private:
   Bench()
-      : file(gguf::File::open(env("SPECDEC_MODEL", SPECDEC_SOURCE_DIR "/models/SmolLM2-135M-Instruct.Q4_1.gguf"))),
+      : file(gguf::File::open(model_path())),
         tokenizer(llama::Tokenizer::from_gguf(file)),
         target(llama::LlamaWeights::load(file, format()), 4096,
                std::make_shared<llama::ThreadPool>(env_count("SPECDEC_THREADS", 1, 1, 1024)), kv_format()),
@@ -185,14 +190,23 @@ double median(std::vector<double> v) {
 /// subset run or a report, 0.97-0.99 now; the prediction was inflated with it.
 /// The context is filled without logits where the model can (append): a forward over the whole context returns
 /// [context, vocab] logits (48 MB at 245 positions), and the first call after freeing them took 2.5x as long.
+/// With `logits` false the calls are append()s where the model has one (a draft's catch-up, as the decoder
+/// makes it).
 template <class M, class Between>
 std::vector<double> median_forward_seconds(M& model, std::size_t context, const std::vector<std::size_t>& widths,
-                                           Between&& between, std::size_t repeats = default_repeats()) {
+                                           Between&& between, std::size_t repeats = default_repeats(),
+                                           bool logits = true) {
   const std::vector<Token> filler = fill_context(model, context, *std::max_element(widths.begin(), widths.end()));
   const auto step = [&](std::size_t width) {
     between();
+    const std::span<const Token> tokens(filler.data() + context, width);
     const auto start = detail::Clock::now();
-    benchmark::DoNotOptimize(model.forward(std::span<const Token>(filler.data() + context, width)).data());
+    if constexpr (requires { model.append(tokens); }) {
+      if (logits) benchmark::DoNotOptimize(model.forward(tokens).data());
+      else model.append(tokens);
+    } else {
+      benchmark::DoNotOptimize(model.forward(tokens).data());
+    }
     const double seconds = detail::seconds_since(start);
     model.truncate(context);
     return seconds;
@@ -210,16 +224,18 @@ std::vector<double> median_forward_seconds(M& model, std::size_t context, const 
 }
 
 /// t_d: the median seconds of one draft step at the kind's cost context, with a target step run before each
-/// sample, so that the draft finds the caches as it does while decoding.
+/// sample, so that the draft finds the caches as it does while decoding. With `logits` false, t_u: one catch-up
+/// call of one token (after a fully accepted round; after rounds without drafting it feeds more).
 template <class Draft>
-double draft_step_seconds(Draft& draft, const std::string& kind, std::size_t repeats = default_repeats()) {
+double draft_step_seconds(Draft& draft, const std::string& kind, std::size_t repeats = default_repeats(),
+                          bool logits = true) {
   Bench& bench = Bench::get();
   const Token one[1] = {198};
   const auto target_step = [&] {
     bench.target.forward(one);
     bench.target.truncate(0);
   };
-  return median_forward_seconds(draft, bench.cost_context.at(kind), {1}, target_step, repeats)[0];
+  return median_forward_seconds(draft, bench.cost_context.at(kind), {1}, target_step, repeats, logits)[0];
 }
 
 /// A benchmark draft's name parsed: "ngram" or "ngram:N" (prompt lookup, n-grams up to N), "early-exit:L" (the
@@ -270,6 +286,8 @@ void measure_verify_costs(const std::string& kind, std::size_t max_width) {
 
 void BM_CostTarget(benchmark::State& state, const std::string& kind, std::size_t width, std::size_t max_width) {
   Bench& bench = Bench::get();
+  if (width > 1 && !bench.t_verify.count(kind))  // w1 measures every width
+    detail::fail("BM_Cost/", kind, "/target/w", width, " needs BM_Cost/", kind, "/target/w1 to run first");
   for (auto _ : state) {
     if (width == 1) measure_verify_costs(kind, max_width);
     state.SetIterationTime(bench.t_verify.at(kind).at(width));
@@ -326,13 +344,20 @@ void BM_Stages(benchmark::State& state, const std::string& kind, std::size_t max
 
 void BM_CostDraft(benchmark::State& state, const std::string& kind, const std::string& name) {
   Bench& bench = Bench::get();
-  double seconds = 0;
+  if (!bench.t_verify.count(kind))  // for c = t_d / t_v(1)
+    detail::fail("BM_Cost/", kind, "/draft/", name, " needs BM_Cost/", kind, "/target/w1 to run first");
+  double seconds = 0, catch_up = 0;
   for (auto _ : state) {
-    with_draft(name, [&](auto& draft) { seconds = draft_step_seconds(draft, kind); });
+    with_draft(name, [&](auto& draft) {
+      seconds = draft_step_seconds(draft, kind);
+      catch_up = draft_step_seconds(draft, kind, default_repeats(), false);
+    });
     state.SetIterationTime(seconds);
   }
   bench.t_draft[kind][name] = seconds;
+  bench.t_catch_up[kind][name] = catch_up;
   state.counters["seconds"] = seconds;
+  state.counters["catch_up_seconds"] = catch_up;
   state.counters["c"] = seconds / bench.t_verify.at(kind).at(1);
 }
 
@@ -378,7 +403,7 @@ void BM_CostClock(benchmark::State& state) {
 
 /// Totals over the tasks of one kind.
 struct Totals {
-  std::size_t tokens = 0, rounds = 0, drafted = 0, accepted = 0, draft_steps = 0;
+  std::size_t tokens = 0, rounds = 0, drafted = 0, accepted = 0, draft_steps = 0, catch_ups = 0;
   double seconds = 0;
   double model_seconds = 0;  // inside the target's and the draft's forward calls, prompt processing excluded
   std::vector<std::size_t> drafted_at, accepted_at, verify_widths;
@@ -392,7 +417,8 @@ struct Totals {
     rounds += s.rounds;
     drafted += s.drafted_tokens;
     accepted += s.accepted_tokens;
-    draft_steps += s.draft_forward_calls - prompt_draft_calls;
+    draft_steps += s.draft_forward_calls - prompt_draft_calls - s.draft_catch_up_calls;
+    catch_ups += s.draft_catch_up_calls;
     seconds += s.total_seconds - s.prefill_seconds;
     model_seconds += s.target_seconds + s.draft_seconds - s.prefill_seconds;
     drafted_at.resize(std::max(drafted_at.size(), s.drafted_at.size()));
@@ -499,6 +525,7 @@ double verify_seconds(const std::map<std::size_t, double>& t, double width) {
 struct CostSamples {
   std::map<std::size_t, std::vector<double>> verify;  // width -> seconds, in the order taken
   std::vector<double> draft;                          // seconds per draft step, in the order taken
+  std::vector<double> catch_up;                       // seconds per catch-up call of one token, likewise
   std::vector<double> weights;                        // per task: its new tokens
 
   /// The weighted mean over the tasks of the mean of the samples on either side of each (a single sample is its
@@ -538,6 +565,7 @@ void BM_Speculative(benchmark::State& state, const std::string& kind, const std:
         const auto verify = median_forward_seconds(bench.target, bench.cost_context.at(kind), widths, [] {}, cost_repeats);
         for (std::size_t i = 0; i < widths.size(); ++i) costs.verify[widths[i]].push_back(verify[i]);
         costs.draft.push_back(draft_step_seconds(draft, kind, cost_repeats));
+        costs.catch_up.push_back(draft_step_seconds(draft, kind, cost_repeats, false));
       };
       const auto go = [&](auto acceptance, auto length_policy) {
         sample_costs(nullptr);  // before the first task: every task then sits between two samples
@@ -554,25 +582,30 @@ void BM_Speculative(benchmark::State& state, const std::string& kind, const std:
     });
     state.SetIterationTime(totals.seconds);
   }
-  const std::string key = kind + "/" + mode;
   const double rounds = static_cast<double>(std::max<std::size_t>(totals.rounds, 1));
   const double tau = static_cast<double>(totals.tokens) / rounds;
   const double steps = static_cast<double>(totals.draft_steps) / rounds;
+  const double catch_ups = static_cast<double>(totals.catch_ups) / rounds;
   const double width = 1.0 + static_cast<double>(totals.drafted) / rounds;
-  // S = tau * t_AR / (d * t_d + mean t_v over the rounds as they were; t_v is not linear in w, so not t_v of
-  // the mean width), once with the costs sampled between this configuration's tasks (`predicted`) and once with
-  // the kind's cost table measured before all runs (`predicted_table`).
-  const auto predict = [&](const std::map<std::size_t, double>& t_v, double t_d) {
+  // S = tau * t_AR / (d * t_d + u * t_u + mean t_v over the rounds as they were; t_v is not linear in w, so not
+  // t_v of the mean width), u the draft's catch-up calls per round, once with the costs sampled between this
+  // configuration's tasks (`predicted`) and once with the kind's cost table measured before all runs
+  // (`predicted_table`). Until 2026-12-06 a catch-up counted as a draft step: for early-exit:6, whose catch-up
+  // skips an output head bigger than its six layers, at about 2.3 times its cost.
+  const auto predict = [&](const std::map<std::size_t, double>& t_v, double t_d, double t_u) {
     double verify = 0.0;
     for (std::size_t w : totals.verify_widths) verify += verify_seconds(t_v, static_cast<double>(w));
-    return tau * t_v.at(1) / (steps * t_d + verify / rounds);
+    return tau * t_v.at(1) / (steps * t_d + catch_ups * t_u + verify / rounds);
   };
   const auto t_v = costs.verify_table();
-  const double t_d = costs.mean(costs.draft);
-  const double predicted = predict(t_v, t_d);
-  state.counters["predicted_table"] = predict(bench.t_verify.at(kind), bench.t_draft.at(kind).at(draft_name));
+  const double t_d = costs.mean(costs.draft), t_u = costs.mean(costs.catch_up);
+  const double predicted = predict(t_v, t_d, t_u);
+  state.counters["predicted_table"] =
+      predict(bench.t_verify.at(kind), bench.t_draft.at(kind).at(draft_name), bench.t_catch_up.at(kind).at(draft_name));
   state.counters["t_ar"] = t_v.at(1);
   state.counters["t_d"] = t_d;
+  state.counters["t_u"] = t_u;
+  state.counters["catch_ups_per_round"] = catch_ups;
   state.counters["tokens_per_second"] = totals.rate();
   state.counters["alpha"] = totals.drafted ? static_cast<double>(totals.accepted) / static_cast<double>(totals.drafted) : 0.0;
   state.counters["tau"] = tau;
@@ -591,7 +624,8 @@ void BM_Speculative(benchmark::State& state, const std::string& kind, const std:
           ? tau * (plain.model_seconds / static_cast<double>(plain.rounds)) / (totals.model_seconds / rounds)
           : 0.0;
   state.counters["c"] = t_d / t_v.at(1);
-  state.counters["identical"] = mode == "sampled" ? -1.0 : (totals.outputs == bench.plain_tokens.at(key) ? 1.0 : 0.0);
+  // Against the paired plain runs (the same tasks; BM_Plain may have been filtered out).
+  state.counters["identical"] = mode == "sampled" ? -1.0 : (totals.outputs == plain.outputs ? 1.0 : 0.0);
   // Positions no round reached (0 of 0) get no counter: a 0 there would read as "always rejected".
   for (std::size_t i = 0; i < totals.drafted_at.size() && totals.drafted_at[i] > 0; ++i)
     state.counters["acc" + std::to_string(i + 1)] =
@@ -849,7 +883,12 @@ int register_benchmarks() {
   std::vector<std::pair<std::string, std::vector<std::size_t>>> plan;
   for (auto d : drafts) {
     auto own = ks_of(d);
-    (void)DraftName(d);  // a bad name ends the run now, not after the baselines
+    // A bad name, or more layers than the model has, ends the run now, not after the baselines.
+    if (const DraftName parsed(d); parsed.kind == DraftName::Kind::early_exit) {
+      const auto layers = gguf::File::open(Bench::model_path()).find_uint("llama.block_count").value_or(0);
+      if (parsed.size > layers)
+        detail::fail("draft '", d, "': the model (", Bench::model_path(), ") has ", layers, " layers");
+    }
     plan.emplace_back(d, own);
   }
   // The cost table covers every k that any draft runs.

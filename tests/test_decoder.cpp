@@ -104,6 +104,10 @@ TEST_CASE("a perfect draft needs about n/(k+1) target calls and every proposal i
     const double verify = std::accumulate(s.verify_seconds.begin(), s.verify_seconds.end(), 0.0);
     CHECK(std::all_of(s.verify_seconds.begin(), s.verify_seconds.end(), [](double t) { return t >= 0.0; }));
     CHECK(verify <= s.target_seconds + 1e-9);  // the rest is the prompt
+    // Every round after the first starts by feeding the draft the last round's last proposal, which it never
+    // saw; the other draft calls are the prompt's and one per proposal.
+    CHECK(s.draft_catch_up_calls == rounds - 1);
+    CHECK(s.draft_forward_calls == 1 + s.draft_catch_up_calls + s.drafted_tokens);
   }
   const auto plain = generate_autoregressive(target, Greedy{}, prompt, {.max_new_tokens = 60});
   CHECK(plain.stats.verify_widths == std::vector<std::size_t>(60, 1));

@@ -180,6 +180,7 @@ class SpeculativeDecoder {
     if (feed.size() > 1) {  // catching up (rounds without drafting, a fully accepted round's last proposal):
       // only the last position needs logits
       draft_.append(std::span<const Token>(feed).first(feed.size() - 1), stats.draft_seconds, stats.draft_forward_calls);
+      ++stats.draft_catch_up_calls;
       report.caught_up = feed.size() - 1;
       report.catch_up_seconds = stats.draft_seconds - before;
       feed.erase(feed.begin(), feed.end() - 1);

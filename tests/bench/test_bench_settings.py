@@ -2,7 +2,8 @@
 """The benchmarks' settings: a bad environment variable ends the run at once with exit status 2 and one line
 on stderr that names the variable and its value, never std::terminate (an abort) or a silent default.
 
-usage: test_bench_settings.py BENCH_LLAMA_FORWARD BENCH_E2E
+usage: test_bench_settings.py BENCH_LLAMA_FORWARD BENCH_E2E [MODEL]
+(MODEL, SmolLM2's GGUF file, for the check of an early-exit draft deeper than the model.)
 Prints one line per check and a closing 'N passed, N failed' line; exits non-zero on any failure.
 """
 import os
@@ -55,6 +56,15 @@ cases = [
 for binary, benchmark, settings in cases:
     for variable, value, expected in settings:
         check(binary, {variable: value}, expected, [f"--benchmark_filter={benchmark}"])
+
+# An early-exit draft deeper than the model: refused when the run starts, not after its baselines (SmolLM2 has 30
+# layers).
+model = sys.argv[3] if len(sys.argv) > 3 else ""
+if os.path.exists(model):
+    check(e2e, {"SPECDEC_MODEL": model, "SPECDEC_BENCH_DRAFTS": "ngram,early-exit:31"},
+          "draft 'early-exit:31': the model", ["--benchmark_filter=BM_Cost/clock/start"])
+else:
+    print(f"skipped: the early-exit depth check needs the model file, {model or 'not given'} (scripts/fetch-model)")
 
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
