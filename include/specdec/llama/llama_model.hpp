@@ -57,7 +57,7 @@ class LlamaModel {
   /// max_context(); the model is unchanged then. Out of memory (std::bad_alloc) also leaves the context as it was.
   const Logits& forward(std::span<const Token> tokens) { return state_.forward(tokens); }
   /// Appends tokens without computing logits: the decoder's prompt processing skips the output head this way.
-  void append(std::span<const Token> tokens) { state_.forward(tokens, false); }
+  void append(std::span<const Token> tokens) { state_.append(tokens); }
   /// Keeps the first n tokens of the context, in O(layers).
   void truncate(std::size_t n) { state_.truncate(n); }
   /// Changes with every forward, append and truncate: lets a decoder notice other users (specdec::HasRevision).
@@ -93,7 +93,7 @@ class EarlyExitDraft {
   std::size_t vocab_size() const { return state_.config().vocab; }
   std::size_t context_size() const { return state_.context_size(); }
   const Logits& forward(std::span<const Token> tokens) { return state_.forward(tokens); }
-  void append(std::span<const Token> tokens) { state_.forward(tokens, false); }
+  void append(std::span<const Token> tokens) { state_.append(tokens); }
   void truncate(std::size_t n) { state_.truncate(n); }
   std::uint64_t revision() const { return state_.revision(); }
 

@@ -70,8 +70,19 @@ class Transformer : public TransformerState {
  public:
   using TransformerState::TransformerState;
 
-  /// Appends tokens; with `with_logits` false the final norm and output head are skipped (prompt processing).
-  const Logits& forward(std::span<const Token> tokens, bool with_logits = true) {
+  /// Appends tokens and returns their logits, [tokens, vocab].
+  const Logits& forward(std::span<const Token> tokens) {
+    compute(tokens, true);
+    return logits_;
+  }
+  /// Appends tokens without their logits (a prompt, a draft's catch-up): the final norm and the output head are
+  /// skipped, and the logits buffer is left as it is, so that the next forward() of as many positions reuses it
+  /// (a catch-up between two one-position draft steps freed and allocated 196 KB again).
+  void append(std::span<const Token> tokens) { compute(tokens, false); }
+
+ private:
+  /// forward() and append(): the n tokens at start.. through the model, with or without the logits.
+  void compute(std::span<const Token> tokens, bool with_logits) {
     const LlamaConfig& c = config();
     const std::size_t n = tokens.size(), start = context_size();
     if (n > max_context_ - start)
@@ -83,15 +94,17 @@ class Transformer : public TransformerState {
                               " tokens");
     ForwardProfile call;  // this call's times, added to the profile if it returns with positions computed
     StageClock clock(profile_.target ? &call : nullptr);
-    const auto rows = static_cast<Eigen::Index>(with_logits ? n : 0), cols = static_cast<Eigen::Index>(c.vocab);
-    if (logits_.size() == rows * cols) {
-      logits_.resize(rows, cols);  // no allocation
-    } else {  // not Eigen's resize, which frees the old buffer first and leaves a dangling one if allocation fails
-      Logits fresh(rows, cols);
-      logits_.swap(fresh);
+    if (with_logits) {
+      const auto rows = static_cast<Eigen::Index>(n), cols = static_cast<Eigen::Index>(c.vocab);
+      if (logits_.size() == rows * cols) {
+        logits_.resize(rows, cols);  // no allocation
+      } else {  // not Eigen's resize, which frees the old buffer first and leaves a dangling one if allocation fails
+        Logits fresh(rows, cols);
+        logits_.swap(fresh);
+      }
     }
     revision_ = specdec::next_revision();
-    if (n == 0) return logits_;
+    if (n == 0) return;
     reserve(n);
     extend_rope(start + n);
     const std::size_t e = c.embedding;
@@ -123,10 +136,8 @@ class Transformer : public TransformerState {
       call.forwards = 1, call.positions = n;
       *profile_.target += call;
     }
-    return logits_;
   }
 
- private:
   /// Runs the transformer blocks over the n positions at start.. held in x_, appending their keys and values.
   void run_blocks(std::size_t start, std::size_t n, ThreadPool& pool, StageClock& clock) {
     const LlamaConfig& c = config();
