@@ -114,6 +114,33 @@ TEST_CASE("a perfect draft needs about n/(k+1) target calls and every proposal i
   CHECK(plain.stats.verify_seconds.size() == 60);
 }
 
+namespace {
+/// Plain decoding every third round (k = 0), two proposals in the others.
+struct PlainEveryThirdRound {
+  std::size_t round = 0;
+  std::size_t next(const GenerateOptions&) { return round++ % 3 == 0 ? 0 : 2; }
+  void observe(const RoundReport&) const {}
+};
+}  // namespace
+
+TEST_CASE("a draft is caught up in one call after rounds without drafting and after fully accepted rounds",
+          "[decoder]") {
+  ToyModel target(target_config()), perfect(target_config());
+  const std::vector<Token> prompt{3, 1, 4, 1, 5};
+  const GenerateOptions options{.max_new_tokens = 40};
+  const auto out = SpeculativeDecoder(perfect, target, Greedy{}, PlainEveryThirdRound{}).generate(prompt, options);
+  CHECK(out.tokens == generate_autoregressive(target, Greedy{}, prompt, options).tokens);
+  const auto& s = out.stats;
+  const auto drafting = static_cast<std::size_t>(
+      std::count_if(s.verify_widths.begin(), s.verify_widths.end(), [](std::size_t w) { return w > 1; }));
+  CHECK(drafting > 5);
+  CHECK(drafting < s.rounds);
+  // Every drafting round follows a round without drafting (the first round is one) or a fully accepted round:
+  // the draft has not seen the last token or tokens, and is fed them in one call first.
+  CHECK(s.draft_catch_up_calls == drafting);
+  CHECK(s.draft_forward_calls == 1 + s.draft_catch_up_calls + s.drafted_tokens);
+}
+
 TEST_CASE("a bad draft is mostly rejected and the good draft sits in between", "[decoder]") {
   ToyModel target(target_config()), good(good_draft_config()), bad(bad_draft_config());
   const std::vector<Token> prompt{1, 2, 3};

@@ -25,9 +25,10 @@ struct DecodeStats {
   std::size_t accepted_tokens = 0;       // proposals the target accepted
   std::size_t target_forward_calls = 0;  // including the prompt's
   std::size_t draft_forward_calls = 0;   // including the prompt's
-  std::size_t draft_catch_up_calls = 0;  // of draft_forward_calls: feeding the draft, without proposing, tokens it
-                                         // has not seen (a fully accepted round's last proposal; rounds without
-                                         // drafting); through the draft's append() where it has one
+  std::size_t draft_catch_up_calls = 0;  // of draft_forward_calls: calls that fed the draft, before a round's
+                                         // drafting, tokens it had not seen: the last proposal of a fully accepted
+                                         // round, or every token of the rounds without drafting before it (one
+                                         // call); through its append(), else a forward(). Not the prompt's call
   std::size_t generated_tokens = 0;      // == Generation::tokens.size()
   std::size_t prompt_tokens = 0;
   std::size_t reused_prompt_tokens = 0;  // prompt prefix the target already held from an earlier call
