@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <random>
 
@@ -405,11 +406,38 @@ TEST_CASE("a row past a tensor's rows is an error, not a read out of bounds", "[
   const TensorInfo& t = f.tensors().at(0);
   std::vector<float> row(32);
   CHECK_NOTHROW(t.dequantize_row(2, row.data()));
-  CHECK_THROWS_WITH(t.row_data(3), "tensor 't' has 3 rows of 34 bytes in 102 bytes of data, asked for row 3");
+  CHECK_THROWS_WITH(t.row_data(3), "tensor 't' has 3 rows, asked for row 3");
   CHECK_THROWS_WITH(t.dequantize_row(~std::uint64_t{0}, row.data()), Catch::Contains("asked for row 18446744073709551615"));
   TensorInfo short_data = t;  // a tensor built by hand, its data shorter than its dims say
   short_data.data = short_data.data.first(40);
-  CHECK_THROWS_WITH(short_data.row_data(1), "tensor 't' has 3 rows of 34 bytes in 40 bytes of data, asked for row 1");
+  CHECK_THROWS_WITH(short_data.row_data(1), "tensor 't' has more rows than its 40 bytes of data hold (rows of 34 bytes)");
+}
+
+TEST_CASE("a tensor built by hand with a shape no file could have is an error, not a crash", "[gguf]") {
+  GgufWriter w;
+  w.add_tensor_quantized("t", {32, 3}, TensorType::Q8_0, ramp(96));
+  const File f = parse(w.finish());
+  const auto with_dims = [&](std::vector<std::uint64_t> dims, TensorType type = TensorType::Q8_0) {
+    TensorInfo t = f.tensors().at(0);
+    t.dims = std::move(dims), t.type = type;
+    return t;
+  };
+  std::vector<float> row(32);
+  const std::uint64_t huge = std::uint64_t{1} << 62;
+  const auto throws = [&](const TensorInfo& t, const std::string& message) {
+    CHECK_THROWS_WITH(t.row_data(0), message);
+    CHECK_THROWS_WITH(t.dequantize_row(0, row.data()), message);
+    CHECK_THROWS_WITH(dequantize(t), message);
+  };
+  throws(with_dims({}), "tensor 't' has 0 dimensions, expected 1 to 4");
+  throws(with_dims({32, 1, 1, 1, 3}), "tensor 't' has 5 dimensions, expected 1 to 4");
+  throws(with_dims({0}), "tensor 't' dimension 0 is 0, expected at least 1");
+  throws(with_dims({32, 0}), "tensor 't' dimension 1 is 0, expected at least 1");
+  throws(with_dims({31}), "tensor 't' of type 8 has no whole blocks in a row of 31 elements");
+  throws(with_dims({huge}, TensorType::F32), "tensor 't' has rows of 4611686018427387904 elements, longer than its "
+                                             "102 bytes of data");
+  throws(with_dims({32, huge, huge}), "tensor 't' has more rows than its 102 bytes of data hold (rows of 34 bytes)");
+  CHECK(dequantize(with_dims({32, 3})).size() == 96);
 }
 
 TEST_CASE("tensors of every writable type read back at the requested alignment", "[gguf]") {
@@ -465,6 +493,26 @@ TEST_CASE("a file opened from disk is memory-mapped and survives a move", "[gguf
   CHECK(moved.get_string_views("tokenizer.ggml.tokens")[2] == "ab");
   std::filesystem::remove(path);
   REQUIRE_THROWS_WITH(File::open(path), Contains("cannot open gguf file") && Contains("specdec_test_gguf_open"));
+}
+
+TEST_CASE("a string array whose file changed on disk after opening is an error, not a read out of bounds", "[gguf]") {
+  const auto path = std::filesystem::temp_directory_path() / "specdec_test_gguf_changed.gguf";
+  small_model().write(path);
+  const File f = File::open(path);
+  REQUIRE(f.get_string_views("tokenizer.ggml.tokens")[2] == "ab");
+  {  // the length of token 2 ("ab", 8 bytes little-endian before its text) becomes 2^40: the mapping shows it
+    std::ifstream in(path, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::size_t at = bytes.find(std::string("\x02\0\0\0\0\0\0\0ab", 10));
+    REQUIRE(at != std::string::npos);
+    std::fstream out(path, std::ios::binary | std::ios::in | std::ios::out);
+    out.seekp(std::streamoff(at + 5));
+    out.put('\x01');
+  }
+  CHECK_THROWS_WITH(f.get_string_views("tokenizer.ggml.tokens"),
+                    Contains("key 'tokenizer.ggml.tokens' string 2 no longer fits its array") &&
+                    Contains("specdec_test_gguf_changed"));
+  std::filesystem::remove(path);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -68,27 +68,48 @@ struct TensorInfo {
   std::uint64_t rows() const { return elements() / row_length(); }
   /// Bytes of one row: dims[0] / block_size * type_size.
   std::size_t row_bytes() const { return std::size_t(dims[0] / block_size(type) * type_size(type)); }
-  /// The bytes of row r. Throws specdec::Error unless r < rows() and the row lies inside `data` (a File's
-  /// tensors always do; one built by hand may not, or may have no whole blocks in a row).
+  /// rows(), once the shape is checked as a tensor built by hand may get it wrong: 1 to 4 dimensions, none 0,
+  /// whole blocks in a row, every row inside `data` (a File's tensors always pass). Throws specdec::Error naming
+  /// the tensor otherwise.
+  std::uint64_t checked_rows() const {
+    using specdec::detail::fail;
+    if (dims.empty() || dims.size() > 4) fail("tensor '", name, "' has ", dims.size(), " dimensions, expected 1 to 4");
+    for (std::size_t d = 0; d < dims.size(); ++d)
+      if (dims[d] == 0) fail("tensor '", name, "' dimension ", d, " is 0, expected at least 1");
+    const std::size_t block = block_size(type);
+    if (block == 0 || dims[0] % block != 0)
+      fail("tensor '", name, "' of type ", std::uint32_t(type), " has no whole blocks in a row of ", dims[0], " elements");
+    if (dims[0] / block > data.size() / type_size(type))
+      fail("tensor '", name, "' has rows of ", dims[0], " elements, longer than its ", data.size(), " bytes of data");
+    const std::uint64_t fit = data.size() / row_bytes();
+    std::uint64_t rows = 1;
+    for (std::size_t d = 1; d < dims.size(); ++d) {
+      if (dims[d] > fit / rows)
+        fail("tensor '", name, "' has more rows than its ", data.size(), " bytes of data hold (rows of ", row_bytes(),
+             " bytes)");
+      rows *= dims[d];
+    }
+    return rows;
+  }
+  /// The bytes of row r. Throws specdec::Error unless the shape passes checked_rows() and r < rows().
   std::span<const std::byte> row_data(std::uint64_t r) const {
-    const std::size_t block = dims.empty() ? 0 : block_size(type);
-    if (block == 0 || dims[0] == 0 || dims[0] % block != 0)
-      specdec::detail::fail("tensor '", name, "' of type ", std::uint32_t(type), " has no whole blocks in a row");
-    if (r >= rows() || r >= data.size() / row_bytes())
-      specdec::detail::fail("tensor '", name, "' has ", rows(), " rows of ", row_bytes(), " bytes in ", data.size(),
-                            " bytes of data, asked for row ", r);
+    if (const std::uint64_t rows = checked_rows(); r >= rows)
+      specdec::detail::fail("tensor '", name, "' has ", rows, " rows, asked for row ", r);
     return data.subspan(std::size_t(r) * row_bytes(), row_bytes());
   }
   /// Dequantises row r into dst[0 .. row_length()). Throws as row_data(r) does.
   void dequantize_row(std::uint64_t r, float* dst) const {
-    gguf::dequantize_row(type, row_data(r).data(), dst, std::size_t(row_length()));
+    const std::span<const std::byte> bytes = row_data(r);
+    gguf::dequantize_row(type, bytes.data(), dst, std::size_t(row_length()));
   }
 };
 
 /// The whole tensor as floats, row after row.  // [rows, row_length]
+/// Throws specdec::Error as TensorInfo::checked_rows() does.
 inline std::vector<float> dequantize(const TensorInfo& tensor) {
-  std::vector<float> out(std::size_t(tensor.elements()));
-  for (std::uint64_t r = 0; r < tensor.rows(); ++r)
+  const std::uint64_t rows = tensor.checked_rows();
+  std::vector<float> out(std::size_t(rows * tensor.row_length()));
+  for (std::uint64_t r = 0; r < rows; ++r)
     tensor.dequantize_row(r, out.data() + std::size_t(r * tensor.row_length()));
   return out;
 }
@@ -352,9 +373,14 @@ class File {
     if (v.element_type != ValueType::STRING) wrong_array_type(key, v, "string");
     std::vector<std::string_view> out;
     out.reserve(std::size_t(v.count));
-    const std::byte* p = v.raw.data();  // lengths were checked at open
+    // The lengths were checked at open, but a mapped file changed on disk since shows its new bytes here.
+    const std::byte* p = v.raw.data();
+    const std::byte* const end = p + v.raw.size();
     for (std::uint64_t i = 0; i < v.count; ++i) {
-      const auto n = std::size_t(detail::load<std::uint64_t>(p));
+      const std::uint64_t n = end - p < 8 ? ~std::uint64_t{0} : detail::load<std::uint64_t>(p);
+      if (n > std::uint64_t(end - p) - 8)
+        specdec::detail::fail(name_, ": key '", key, "' string ", i, " no longer fits its array: the file changed "
+                              "on disk after it was opened");
       out.emplace_back(reinterpret_cast<const char*>(p + 8), n);
       p += 8 + n;
     }
