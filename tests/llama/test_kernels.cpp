@@ -3,6 +3,7 @@
 #include <array>
 #include <atomic>
 #include <bit>
+#include <cfenv>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
@@ -18,6 +19,7 @@
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #if defined(__linux__)
@@ -157,6 +159,35 @@ TEST_CASE("the thread pool runs every task exactly once per job, many jobs in a 
       for (auto& h : hits) REQUIRE(h.load() == 500);
     }
   }
+}
+
+TEST_CASE("every task runs under the caller's floating-point controls, set after the pool started", "[kernels]") {
+  // A worker keeps the controls it had; a product of subnormals flushed to zero on one thread and not on
+  // another would make a row's bits depend on the thread that computed it.
+  ThreadPool pool(2);
+  pool.parallel_for(2, [](std::size_t, std::size_t) {});  // the worker is started and has run a job
+#if defined(__x86_64__) || defined(__i386__)
+  // The SSE control register: rounding (bits 13-14), flush-to-zero (15), denormals-are-zero (6).
+  const auto controls = [] { return _mm_getcsr() & 0xE040u; };
+  const unsigned saved = _mm_getcsr();
+  _mm_setcsr(saved | 0xE040u);  // round toward zero, flush to zero, denormals as zero
+  const auto restore = [saved] { _mm_setcsr(saved); };
+#else
+  const auto controls = [] { return std::fegetround(); };
+  const int saved = std::fegetround();
+  REQUIRE(std::fesetround(FE_TOWARDZERO) == 0);
+  const auto restore = [saved] { std::fesetround(saved); };
+#endif
+  const auto expected = controls();
+  std::vector<decltype(controls())> seen(64);
+  std::vector<std::size_t> slots(64);
+  pool.parallel_for(64, [&](std::size_t task, std::size_t slot) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));  // long enough that the worker joins
+    seen[task] = controls(), slots[task] = slot;
+  });
+  restore();
+  REQUIRE(std::count(slots.begin(), slots.end(), 1) > 0);
+  for (const auto& s : seen) CHECK(s == expected);
 }
 
 TEST_CASE("callers on several threads take turns on one pool, and a task calling its own pool gets an error",
@@ -1236,7 +1267,7 @@ TEST_CASE("the f16 cache's widening: vcvtph2ps and fp16_to_float agree on every 
 }
 #endif
 
-TEST_CASE("swiglu gives the same bits for an element in the vector body or the scalar tail", "[kernels]") {
+TEST_CASE("swiglu gives an element the same bits wherever it falls in the call: body or tail", "[kernels]") {
   const auto gate = random_inputs(1, 40, 8), up = random_inputs(1, 40, 9);
   std::vector<float> all = gate;
   specdec::llama::detail::swiglu(all.data(), up.data(), 40);
@@ -1246,4 +1277,23 @@ TEST_CASE("swiglu gives the same bits for an element in the vector body or the s
     REQUIRE(std::memcmp(&one, &all[i], sizeof(float)) == 0);
     REQUIRE(one == Approx(gate[i] / (1.0 + std::exp(-double(gate[i]))) * up[i]).epsilon(1e-5));
   }
+  for (std::size_t start = 0; start < 40; start += 3)  // calls of every length from every third element
+    for (std::size_t n = 1; start + n <= 40; ++n) {
+      std::vector<float> part(gate.begin() + std::ptrdiff_t(start), gate.begin() + std::ptrdiff_t(start + n));
+      specdec::llama::detail::swiglu(part.data(), up.data() + start, n);
+      REQUIRE(std::memcmp(part.data(), all.data() + start, n * sizeof(float)) == 0);
+    }
+}
+
+TEST_CASE("an attention group of more rows than its kernels hold is an error, before any memory is touched",
+          "[kernels]") {
+  using specdec::llama::detail::AttentionGroup;
+  using specdec::llama::detail::max_attention_rows;
+  // 13 heads at 5 positions: 65 rows. The pointers are null: nothing may be read or written.
+  AttentionGroup<float> a{nullptr, 64, 13, nullptr, nullptr, 16, 64, 0.125f, nullptr, 16, nullptr, 64, 5};
+  REQUIRE(a.rows() == max_attention_rows + 1);
+  const std::string message = "attention group of 13 heads at 5 positions has 65 rows, at most 64 allowed";
+  CHECK_THROWS_WITH(specdec::llama::detail::attend_group(a), message);
+  CHECK_THROWS_WITH(specdec::llama::detail::attend_group(a, /*portable=*/true), message);
+  CHECK_THROWS_WITH(specdec::llama::detail::attend_group_portable(a), message);
 }

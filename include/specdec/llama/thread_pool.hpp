@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cfenv>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -69,6 +70,26 @@ inline void cpu_relax() {
   asm volatile("yield");
 #endif
 }
+
+/// The floating-point controls that decide a result's bits: on x86 the SSE control register (rounding, and
+/// flush-to-zero and denormals-are-zero, which a program may set for speed) without its sticky exception flags,
+/// elsewhere the rounding mode. A worker takes the caller's when it joins a job, so a task gives the same bits on
+/// whichever thread runs it.
+#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
+using FpControl = unsigned;
+inline constexpr unsigned fp_exception_flags = 0x3F;
+inline FpControl fp_control() { return _mm_getcsr() & ~fp_exception_flags; }
+inline void set_fp_control(FpControl control) {
+  if (const unsigned now = _mm_getcsr(); (now & ~fp_exception_flags) != control)
+    _mm_setcsr(control | (now & fp_exception_flags));
+}
+#else
+using FpControl = int;
+inline FpControl fp_control() { return std::fegetround(); }
+inline void set_fp_control(FpControl control) {
+  if (std::fegetround() != control) std::fesetround(control);
+}
+#endif
 
 /// Cores this process may run on: its CPU affinity mask on Linux (taskset, a container's cpuset), else what
 /// std::thread::hardware_concurrency() reports; at least 1.
@@ -181,7 +202,8 @@ inline thread_local const void* running_task_pool = nullptr;
 /// job runs at a time and the other callers wait for it, so models that share a pool may be used on two threads,
 /// though not faster than one after the other. A call from inside one of the pool's own tasks throws
 /// specdec::Error: it would wait for itself. (A cycle through another pool, a task of this pool calling one whose
-/// task calls this one, is not detected: it waits forever.)
+/// task calls this one, is not detected: it waits forever.) Every task runs under the caller's floating-point
+/// controls (rounding; flush-to-zero and denormals-are-zero on x86), whichever thread runs it.
 ///
 ///   ThreadPool pool(2);
 ///   pool.parallel_for(blocks, [&](std::size_t block, std::size_t slot) { work(block, scratch[slot]); });
@@ -248,6 +270,7 @@ class ThreadPool {
     job_.context = const_cast<void*>(static_cast<const void*>(std::addressof(fn)));
     job_.tasks = tasks;
     job_.assigned = std::min(count_, tasks);
+    job_.fp_control = detail::fp_control();
     next_.store(job_.assigned, std::memory_order_relaxed);
     const std::uint64_t generation = (job_.generation.count() + 1) & generation_mask;
     job_.ticket.store(generation << generation_shift, std::memory_order_release);  // open
@@ -316,6 +339,7 @@ class ThreadPool {
         joined_job = job_.ticket.compare_exchange_weak(ticket, ticket + (std::uint64_t{1} << joined_shift) + 1,
                                                        std::memory_order_acq_rel);
       if (!joined_job) continue;  // woke after the caller closed this job
+      detail::set_fp_control(job_.fp_control);
       if (const std::size_t first = joined(ticket) + 1; first < job_.assigned) run_task(first, slot);
       claim_tasks(slot);
       const std::uint64_t left = job_.ticket.fetch_sub(1, std::memory_order_seq_cst) - 1;
@@ -334,6 +358,7 @@ class ThreadPool {
     std::size_t assigned = 0;              // tasks 0..assigned-1 go by join order, not through next_
     void (*run)(void*, std::size_t, std::size_t) = nullptr;
     void* context = nullptr;
+    detail::FpControl fp_control{};        // the caller's, which the workers take (detail::fp_control)
   };
   std::atomic<std::uint64_t> wakes_{0};  // see wakes()
   std::size_t count_;
