@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <cstdlib>
+#include <new>
 #include <utility>
 
 #include <specdec/kv_cache.hpp>
@@ -154,3 +156,13 @@ TEST_CASE("kv cache positions never written take no memory and read as zeros", "
   CHECK(moved.values(3, 1) == rows_from(2, 1, 64));
 }
 #endif
+
+TEST_CASE("huge-page allocations whose size wraps when rounded or multiplied throw std::bad_alloc", "[kv_cache]") {
+  // Within 2 MiB of SIZE_MAX, rounding up to whole huge pages wraps to a few bytes; n * sizeof(T) wraps too.
+  CHECK_THROWS_AS(specdec::detail::allocate_huge_pages(SIZE_MAX - 100), std::bad_alloc);
+  CHECK_THROWS_AS(specdec::detail::allocate_zeroed_pages(SIZE_MAX - 100), std::bad_alloc);
+  CHECK_THROWS_AS(specdec::detail::HugePageAllocator<float>().allocate(SIZE_MAX / 2), std::bad_alloc);
+  void* p = specdec::detail::allocate_huge_pages(100);  // one huge page, 2 MiB-aligned
+  CHECK(reinterpret_cast<std::uintptr_t>(p) % specdec::detail::huge_page == 0);
+  std::free(p);
+}

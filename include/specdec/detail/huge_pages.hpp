@@ -50,6 +50,7 @@ inline void advise_huge_pages(void* p, std::size_t bytes) {
 /// with std::free.
 inline void* allocate_huge_pages(std::size_t bytes) {
   const std::size_t rounded = round_up_to_huge_page(bytes);
+  if (rounded < bytes) throw std::bad_alloc();  // within 2 MiB of SIZE_MAX: rounding wrapped
   void* p = std::aligned_alloc(huge_page, rounded);
   if (p == nullptr) throw std::bad_alloc();
   advise_huge_pages(p, rounded);
@@ -100,6 +101,7 @@ struct HugePageAllocator {
   template <class U>
   HugePageAllocator(const HugePageAllocator<U>&) {}  // NOLINT(google-explicit-constructor): allocator rebind
   T* allocate(std::size_t n) {
+    if (n > SIZE_MAX / sizeof(T)) throw std::bad_alloc();
     const std::size_t bytes = n * sizeof(T);
     if (bytes < huge_page) return std::allocator<T>().allocate(n);
     return static_cast<T*>(allocate_huge_pages(bytes));

@@ -17,9 +17,11 @@ namespace specdec::llama::detail {
 SPECDEC_AVX512_WARNINGS_OFF
 
 /// out[r] = softmax(q_r·Kᵀ·scale)·V over the row's keys for each row r = (position, query head) of a group
-/// sharing one kv head. requires: rows() <= max_attention_rows. `portable` forces the portable path (same bits).
+/// sharing one kv head. `portable` forces the portable path (same bits). Throws specdec::Error unless
+/// rows() <= max_attention_rows.
 template <class T>
 void attend_group(const AttentionGroup<T>& a, bool portable = false) {
+  check_attention_rows(a);
 #if defined(__AVX512F__)
   if (!portable && vector_attention(a.d)) {
     for_row_chunks<ScoreStep>(a.rows(), a);

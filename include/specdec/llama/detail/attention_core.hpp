@@ -25,6 +25,7 @@
 #define SPECDEC_ATTENTION_AVX2 1
 #endif
 
+#include "specdec/error.hpp"
 #include "specdec/llama/detail/compiler.hpp"
 #include "specdec/llama/quant.hpp"
 
@@ -97,25 +98,39 @@ inline __m256 exp8(__m256 x) {
 }
 #endif
 
-/// gate[i] = SiLU(gate[i])·up[i] = gate[i] / (1 + e^−gate[i]) · up[i] for i < n.
+/// gate[i] = SiLU(gate[i])·up[i] = gate[i] / (1 + e^−gate[i]) · up[i] for i < n. With a vector kernel the last
+/// n % lanes elements go through it too, zero-padded: where an element falls (the callers split rows by position
+/// count and thread) must not decide its bits, and a compiler that fuses a multiply and an add (GCC's default
+/// -ffp-contract=fast, after inlining) may fuse them in a scalar tail and not in the vector body, or the reverse.
 inline void swiglu(float* gate, const float* up, std::size_t n) {
-  std::size_t i = 0;
+#if defined(__AVX512F__) || defined(SPECDEC_ATTENTION_AVX2)
 #if defined(__AVX512F__)
-  const __m512 one = _mm512_set1_ps(1.0f);
-  for (; i + 16 <= n; i += 16) {
-    const __m512 g = _mm512_loadu_ps(gate + i);
-    const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
-    _mm512_storeu_ps(gate + i, _mm512_mul_ps(silu, _mm512_loadu_ps(up + i)));
-  }
-#elif defined(SPECDEC_ATTENTION_AVX2)
-  const __m256 one = _mm256_set1_ps(1.0f);
-  for (const std::size_t body = n / 8 * 8; i < body; i += 8) {
-    const __m256 g = _mm256_loadu_ps(gate + i);
-    const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
-    _mm256_storeu_ps(gate + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
-  }
+  constexpr std::size_t lanes = 16;
+  const auto step = [](float* g_out, const float* u) {
+    const __m512 g = _mm512_loadu_ps(g_out);
+    const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+    _mm512_storeu_ps(g_out, _mm512_mul_ps(silu, _mm512_loadu_ps(u)));
+  };
+#else
+  constexpr std::size_t lanes = 8;
+  const auto step = [](float* g_out, const float* u) {
+    const __m256 g = _mm256_loadu_ps(g_out);
+    const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+    _mm256_storeu_ps(g_out, _mm256_mul_ps(silu, _mm256_loadu_ps(u)));
+  };
 #endif
-  for (; i < n; ++i) gate[i] = gate[i] / (1.0f + exp_approx(-gate[i])) * up[i];
+  std::size_t i = 0;
+  for (; i + lanes <= n; i += lanes) step(gate + i, up + i);
+  if (i < n) {
+    float g[lanes] = {}, u[lanes] = {};
+    std::copy(gate + i, gate + n, g);
+    std::copy(up + i, up + n, u);
+    step(g, u);
+    std::copy(g, g + (n - i), gate + i);
+  }
+#else
+  for (std::size_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + exp_approx(-gate[i])) * up[i];
+#endif
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -350,9 +365,18 @@ void scale_value_weights(const AttentionGroup<T>& a) {
     (void)a;
 }
 
-/// The portable path of attend_group (also the reference for the vector kernels).
+/// Throws specdec::Error unless a.rows() <= max_attention_rows, the rows that attend_group's stack arrays hold.
+template <class T>
+void check_attention_rows(const AttentionGroup<T>& a) {
+  if (a.rows() > max_attention_rows)
+    specdec::detail::fail("attention group of ", a.heads, " heads at ", a.positions, " positions has ", a.rows(),
+                          " rows, at most ", max_attention_rows, " allowed");
+}
+
+/// The portable path of attend_group (also the reference for the vector kernels). Throws as check_attention_rows.
 template <class T>
 void attend_group_portable(const AttentionGroup<T>& a) {
+  check_attention_rows(a);
   const std::size_t chains = score_chains(a.d), part = a.d / chains;
   for (std::size_t r = 0; r < a.rows(); ++r) {
     const float* q = a.q_row(r);

@@ -122,11 +122,8 @@ void panel_kernel_avx2(const MatmulOutput& out, std::size_t panel, std::size_t l
       SPECDEC_UNROLL for (int p = 0; p < P; ++p) acc[r][h][p] = _mm256_setzero_ps();
   Visitor::template run<R, H>(
       panels, w.cols(), pair_stride, half, [&](const __m256(&wv)[R][H], std::size_t k) SPECDEC_ALWAYS_INLINE_LAMBDA {
-        // Addresses as integers: a prefetch past the matrix's end never faults, but a pointer there is undefined.
         if (ask)
-          SPECDEC_UNROLL for (int r = 0; r < R; ++r) request_line(
-              reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(panels[r]) + k * column_bytes + ahead),
-              into_l2);
+          SPECDEC_UNROLL for (int r = 0; r < R; ++r) request_line(address_past(panels[r], k * column_bytes + ahead), into_l2);
         const float* xk = xt + k * stride;
         SPECDEC_UNROLL for (int p = 0; p < P; ++p) {
           const __m256 xv = _mm256_broadcast_ss(xk + p);

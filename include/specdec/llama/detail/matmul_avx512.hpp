@@ -29,9 +29,9 @@ struct PanelRequest {
 template <int R>
 SPECDEC_ALWAYS_INLINE void prefetch_ahead(const std::byte* const* panel, PanelRequest request, std::size_t offset) {
   if (request.ahead)
-    SPECDEC_UNROLL for (int r = 0; r < R; ++r) request_line(panel[r] + request.ahead + offset, request.into_l2);
+    SPECDEC_UNROLL for (int r = 0; r < R; ++r) request_line(address_past(panel[r], request.ahead + offset), request.into_l2);
   if (request.near)
-    SPECDEC_UNROLL for (int r = 0; r < R; ++r) request_line(panel[r] + request.near + offset, request.into_l2);
+    SPECDEC_UNROLL for (int r = 0; r < R; ++r) request_line(address_past(panel[r], request.near + offset), request.into_l2);
 }
 
 /// The requests of a kernel step of R panels (from `panel`) of P positions, for prefetch_ahead. The float

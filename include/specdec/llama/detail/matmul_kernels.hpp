@@ -325,6 +325,12 @@ SPECDEC_ALWAYS_INLINE void request_line(const void* line, bool into_l2) {
   if (into_l2) _mm_prefetch(static_cast<const char*>(line), _MM_HINT_T1);
   else _mm_prefetch(static_cast<const char*>(line), _MM_HINT_NTA);
 }
+
+/// The address `bytes` past `base`, for request_line: computed on integers, as it may lie past the end of the
+/// array that `base` points into (a prefetch never faults there), where pointer arithmetic would be undefined.
+SPECDEC_ALWAYS_INLINE const void* address_past(const void* base, std::size_t bytes) {
+  return reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(base) + bytes);
+}
 #endif
 
 }  // namespace specdec::llama::detail
