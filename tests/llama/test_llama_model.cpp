@@ -755,7 +755,7 @@ TEST_CASE("bad hyperparameters are rejected with the file and the key named, bef
   REQUIRE_THROWS_WITH(with({{"llama.attention.head_count", 5}}),
                       Catch::Contains("llama.embedding_length 64 is not a multiple of llama.attention.head_count 5"));
   REQUIRE_THROWS_WITH(with({{"llama.rope.dimension_count", 0}}),
-                      Catch::Contains("llama.rope.dimension_count 0 must be even, positive and at most the head width 16"));
+                      Catch::Contains("llama.rope.dimension_count (else the head width) 0 must be even, positive and at most the head width 16"));
   // The model's vocabulary and the tokenizer's must agree (the tiny file has no tokenizer: checked below).
   REQUIRE_THROWS_WITH(with({{"llama.vocab_size", 0}}), Catch::Contains("llama.vocab_size (or the token count) is 0"));
 }

@@ -90,17 +90,18 @@ struct LlamaConfig {
 
   /// Throws specdec::Error naming the first inconsistent hyperparameter (by its GGUF key).
   void validate() const {
+    const char* const head_width = "llama.attention.key_length (else the head width)";
     const std::pair<const char*, std::size_t> sizes[] = {
         {"llama.vocab_size (or the token count)", vocab}, {"llama.embedding_length", embedding},
         {"llama.block_count", layers}, {"llama.attention.head_count", heads},
-        {"llama.attention.head_count_kv", kv_heads}, {"llama.attention.key_length", head_dim},
+        {"llama.attention.head_count_kv", kv_heads}, {head_width, head_dim},
         {"llama.feed_forward_length", ffn}, {"llama.context_length", context_length}};
     for (const auto& [key, value] : sizes)
       if (value == 0) specdec::detail::fail("llama config: ", key, " is 0, expected at least 1");
     if (vocab >= max_vocab) specdec::detail::fail("llama config: vocabulary of ", vocab, " tokens, at most ", max_vocab - 1, " supported");
     if (layers > max_layers) specdec::detail::fail("llama config: llama.block_count is ", layers, ", at most ", max_layers, " supported");
     for (const auto& [key, value] : {std::pair{"llama.embedding_length", embedding}, std::pair{"llama.feed_forward_length", ffn},
-                                     std::pair{"llama.attention.head_count", heads}, std::pair{"llama.attention.key_length", head_dim}})
+                                     std::pair{"llama.attention.head_count", heads}, std::pair{head_width, head_dim}})
       if (value > max_size) specdec::detail::fail("llama config: ", key, " is ", value, ", at most ", max_size, " supported");
     if (head_dim > max_head_width)
       specdec::detail::fail("llama config: the head width (llama.attention.key_length, else embedding_length / ",
@@ -114,7 +115,7 @@ struct LlamaConfig {
     if (heads / kv_heads > 64)
       specdec::detail::fail("llama config: ", heads / kv_heads, " query heads per kv head, at most 64 supported");
     if (rope_dims == 0 || rope_dims % 2 != 0 || rope_dims > head_dim)
-      specdec::detail::fail("llama config: llama.rope.dimension_count ", rope_dims,
+      specdec::detail::fail("llama config: llama.rope.dimension_count (else the head width) ", rope_dims,
                             " must be even, positive and at most the head width ", head_dim);
     if (!(rms_eps > 0.0f && rms_eps < INFINITY) || !(rope_base > 0.0f && rope_base < INFINITY))
       specdec::detail::fail("llama config: llama.attention.layer_norm_rms_epsilon ", rms_eps,
