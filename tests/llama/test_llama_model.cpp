@@ -105,6 +105,7 @@ struct TinyOptions {
   std::uint32_t head_dim = 16;  // 64 (written as llama.attention.key_length) takes attention's vector kernels
   std::uint32_t heads = 4, kv_heads = 2;  // query heads over kv heads
   std::string nan_tensor = {};            // a tensor name whose sixth value is written as NaN
+  std::uint32_t vocab = 96, ffn = 96;     // ffn not a multiple of 32: ffn_down is written as F16
 };
 
 TinyOptions separate_output(bool separate) { return TinyOptions{separate, "", ""}; }
@@ -115,8 +116,8 @@ TinyOptions misshaping(std::string name) { return TinyOptions{false, "", std::mo
 /// (options.head_dim: of 64 dims, as SmolLM2's, where attention runs its vector kernels; 16 takes the portable
 /// path; options.heads and kv_heads for other counts).
 std::vector<std::byte> tiny_llama(const TinyOptions& options = {}) {
-  const std::uint32_t vocab = 96, e = 64, layers = 2, heads = options.heads, kv_heads = options.kv_heads;
-  const std::uint32_t head_dim = options.head_dim, ffn = 96;
+  const std::uint32_t vocab = options.vocab, e = 64, layers = 2, heads = options.heads, kv_heads = options.kv_heads;
+  const std::uint32_t head_dim = options.head_dim, ffn = options.ffn;
   std::mt19937 rng(42);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   GgufWriter w;
@@ -162,7 +163,7 @@ std::vector<std::byte> tiny_llama(const TinyOptions& options = {}) {
     add(p + "ffn_norm.weight", {e}, TT::F32, 0.1f);
     add(p + "ffn_gate.weight", {e, ffn}, TT::Q4_1, 0.2f);
     add(p + "ffn_up.weight", {e, ffn}, TT::Q8_0, 0.2f);
-    add(p + "ffn_down.weight", {ffn, e}, TT::Q4_1, 0.1f);
+    add(p + "ffn_down.weight", {ffn, e}, ffn % 32 == 0 ? TT::Q4_1 : TT::F16, 0.1f);
   }
   add("output_norm.weight", {e}, TT::F32, 0.1f);
   if (options.separate_output) add("output.weight", {e, vocab}, TT::F32, 0.2f);
@@ -416,13 +417,15 @@ TEST_CASE("a position's logits are bit-identical alone or in a batch, for every 
     // Heads of 16 dims; of 64 (attention's vector path, 40 positions: three blocks of 16 keys); and 6 heads of
     // 32 over 3 kv heads, whose quantised output blocks are whole while the AVX2 build takes the portable path
     // for them: on 2 threads their one-position attention takes a task per query head (attention_parts), as
-    // the portable build's does with SmolLM2.
-    for (std::uint32_t head_dim : {16u, 64u, 32u}) {
+    // the portable build's does with SmolLM2. Heads of 8 dims with a vocabulary of 97 and 100 ffn rows: the
+    // output head's and the MLP's last row panels are partial.
+    for (std::uint32_t head_dim : {16u, 64u, 32u, 8u}) {
       const bool wide = head_dim == 64;
       const auto tokens = random_tokens(wide ? 40 : 16, 96, 3);
       TinyOptions options;
       options.head_dim = head_dim;
       if (head_dim == 32) options.heads = 6, options.kv_heads = 3;
+      if (head_dim == 8) options.vocab = 97, options.ffn = 100;
       const auto weights = tiny_weights(format, options);
       for (auto kv_format : {KvFormat::f32, KvFormat::f16, KvFormat::q8}) {
         std::vector<float> one_thread;  // and the same bits on every thread count (how a forward is split)
