@@ -161,7 +161,9 @@ TEST_CASE("huge-page allocations whose size wraps when rounded or multiplied thr
   // Within 2 MiB of SIZE_MAX, rounding up to whole huge pages wraps to a few bytes; n * sizeof(T) wraps too.
   CHECK_THROWS_AS(specdec::detail::allocate_huge_pages(SIZE_MAX - 100), std::bad_alloc);
   CHECK_THROWS_AS(specdec::detail::allocate_zeroed_pages(SIZE_MAX - 100), std::bad_alloc);
-  CHECK_THROWS_AS(specdec::detail::HugePageAllocator<float>().allocate(SIZE_MAX / 2), std::bad_alloc);
+  // 2^62 + 2^19 floats: n * 4 wraps to exactly one huge page, which allocate_huge_pages would hand out.
+  const std::size_t wraps_to_huge_page = SIZE_MAX / 4 + 1 + specdec::detail::huge_page / 4;
+  CHECK_THROWS_AS(specdec::detail::HugePageAllocator<float>().allocate(wraps_to_huge_page), std::bad_alloc);
   void* p = specdec::detail::allocate_huge_pages(100);  // one huge page, 2 MiB-aligned
   CHECK(reinterpret_cast<std::uintptr_t>(p) % specdec::detail::huge_page == 0);
   std::free(p);

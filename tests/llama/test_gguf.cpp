@@ -496,22 +496,40 @@ TEST_CASE("a file opened from disk is memory-mapped and survives a move", "[gguf
 }
 
 TEST_CASE("a string array whose file changed on disk after opening is an error, not a read out of bounds", "[gguf]") {
+  // The tokens "a", "b", "ab": each a length (8 bytes, little-endian) and its text, 28 bytes in all. The mapping
+  // shows what is written to the file after it was opened.
   const auto path = std::filesystem::temp_directory_path() / "specdec_test_gguf_changed.gguf";
   small_model().write(path);
   const File f = File::open(path);
   REQUIRE(f.get_string_views("tokenizer.ggml.tokens")[2] == "ab");
-  {  // the length of token 2 ("ab", 8 bytes little-endian before its text) becomes 2^40: the mapping shows it
-    std::ifstream in(path, std::ios::binary);
-    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const std::size_t at = bytes.find(std::string("\x02\0\0\0\0\0\0\0ab", 10));
-    REQUIRE(at != std::string::npos);
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::size_t b = bytes.find(std::string("\x01\0\0\0\0\0\0\0b\x02\0\0\0\0\0\0\0ab", 19));
+  REQUIRE(b != std::string::npos);
+  const auto write_byte = [&](std::size_t at, char value) {
     std::fstream out(path, std::ios::binary | std::ios::in | std::ios::out);
-    out.seekp(std::streamoff(at + 5));
-    out.put('\x01');
+    out.seekp(std::streamoff(at));
+    out.put(value);
+  };
+  const auto fails_at = [&](int string) {
+    CHECK_THROWS_WITH(f.get_string_views("tokenizer.ggml.tokens"),
+                      Contains("key 'tokenizer.ggml.tokens' string " + std::to_string(string) +
+                               " no longer fits its array") && Contains("specdec_test_gguf_changed"));
+  };
+  write_byte(b + 9 + 5, '\x01');  // token 2's length 2^40 + 2
+  fails_at(2);
+  write_byte(b + 9 + 5, '\0');
+  // Token 1's length 2 to 11 leaves token 2's length field 9 bytes down to none: from 4 on, fewer than its 8
+  // (7 at 4: a sentinel length of 2^64 - 1 passed a check that took 7 - 8 in unsigned arithmetic).
+  for (char length = 2; length <= 11; ++length) {
+    CAPTURE(int(length));
+    write_byte(b, length);
+    fails_at(2);
   }
-  CHECK_THROWS_WITH(f.get_string_views("tokenizer.ggml.tokens"),
-                    Contains("key 'tokenizer.ggml.tokens' string 2 no longer fits its array") &&
-                    Contains("specdec_test_gguf_changed"));
+  write_byte(b, 12);  // token 1 itself runs past the array
+  fails_at(1);
+  write_byte(b, 1);
+  CHECK(f.get_string_views("tokenizer.ggml.tokens")[2] == "ab");
   std::filesystem::remove(path);
 }
 

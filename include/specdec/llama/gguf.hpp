@@ -377,8 +377,8 @@ class File {
     const std::byte* p = v.raw.data();
     const std::byte* const end = p + v.raw.size();
     for (std::uint64_t i = 0; i < v.count; ++i) {
-      const std::uint64_t n = end - p < 8 ? ~std::uint64_t{0} : detail::load<std::uint64_t>(p);
-      if (n > std::uint64_t(end - p) - 8)
+      const std::uint64_t n = end - p < 8 ? 0 : detail::load<std::uint64_t>(p);  // read once: it may change
+      if (end - p < 8 || n > std::uint64_t(end - p - 8))
         specdec::detail::fail(name_, ": key '", key, "' string ", i, " no longer fits its array: the file changed "
                               "on disk after it was opened");
       out.emplace_back(reinterpret_cast<const char*>(p + 8), n);

@@ -90,7 +90,7 @@ struct LlamaConfig {
 
   /// Throws specdec::Error naming the first inconsistent hyperparameter (by its GGUF key).
   void validate() const {
-    const char* const head_width = "llama.attention.key_length (else the head width)";
+    const char* const head_width = "llama.attention.key_length (else embedding_length / head_count)";
     const std::pair<const char*, std::size_t> sizes[] = {
         {"llama.vocab_size (or the token count)", vocab}, {"llama.embedding_length", embedding},
         {"llama.block_count", layers}, {"llama.attention.head_count", heads},

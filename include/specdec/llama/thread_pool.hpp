@@ -71,10 +71,10 @@ inline void cpu_relax() {
 #endif
 }
 
-/// The floating-point controls that decide a result's bits: on x86 the SSE control register (rounding, and
-/// flush-to-zero and denormals-are-zero, which a program may set for speed) without its sticky exception flags,
-/// elsewhere the rounding mode. A worker takes the caller's when it joins a job, so a task gives the same bits on
-/// whichever thread runs it.
+/// The floating-point controls that decide a result's bits: on x86 the SSE control register without its sticky
+/// exception flags (rounding, flush-to-zero and denormals-are-zero, which a program may set for speed, and the
+/// exception masks), elsewhere the rounding mode only (not, say, AArch64's flush-to-zero bit). A worker takes the
+/// caller's when it joins a job, so a task gives the same bits on whichever thread runs it.
 #if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
 using FpControl = unsigned;
 inline constexpr unsigned fp_exception_flags = 0x3F;
@@ -203,7 +203,8 @@ inline thread_local const void* running_task_pool = nullptr;
 /// though not faster than one after the other. A call from inside one of the pool's own tasks throws
 /// specdec::Error: it would wait for itself. (A cycle through another pool, a task of this pool calling one whose
 /// task calls this one, is not detected: it waits forever.) Every task runs under the caller's floating-point
-/// controls (rounding; flush-to-zero and denormals-are-zero on x86), whichever thread runs it.
+/// controls (rounding; on x86 also flush-to-zero, denormals-are-zero and the exception masks), whichever thread
+/// runs it.
 ///
 ///   ThreadPool pool(2);
 ///   pool.parallel_for(blocks, [&](std::size_t block, std::size_t slot) { work(block, scratch[slot]); });
