@@ -718,8 +718,12 @@ TEST_CASE("bad tensor infos are rejected with the tensor named", "[gguf]") {
   };
   const std::vector<std::byte> data(64);
   SECTION("unknown tensor type") {
-    REQUIRE_THROWS_WITH(raw({"t", {32}, 9, data, {}}), "test.gguf: tensor 't' has unknown tensor type 9");
-    REQUIRE_THROWS_WITH(raw({"t", {32}, 1000, data, {}}), "test.gguf: tensor 't' has unknown tensor type 1000");
+    REQUIRE_THROWS_WITH(raw({"t", {32}, 9, data, {}}),
+                        "test.gguf: tensor 't' has unknown tensor type 9, expected one of f32 (0), f16 (1), q4_0 (2), "
+                        "q4_1 (3), q5_0 (6), q5_1 (7), q8_0 (8), q2_k (10), q3_k (11), q4_k (12), q5_k (13), q6_k (14), "
+                        "bf16 (30)");
+    REQUIRE_THROWS_WITH(raw({"t", {32}, 1000, data, {}}),
+                        Catch::StartsWith("test.gguf: tensor 't' has unknown tensor type 1000, expected one of f32 (0)"));
   }
   SECTION("zero dimension") {
     REQUIRE_THROWS_WITH(raw({"t", {4, 0}, 0, data, {}}), "test.gguf: tensor 't' dimension 1 is 0, expected at least 1");

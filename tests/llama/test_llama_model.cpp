@@ -134,8 +134,8 @@ std::vector<std::byte> tiny_llama(const TinyOptions& options = {}) {
   meta("llama.attention.head_count", heads);
   meta("llama.attention.head_count_kv", kv_heads);
   meta("llama.rope.dimension_count", head_dim);
-  for (const auto& [k, v] : options.metadata)
-    if (k == "llama.attention.key_length") w.add_uint64(k, v);
+  for (const auto& [k, v] : options.metadata)  // keys the file has no default for
+    if (k == "llama.attention.key_length" || k == "llama.attention.value_length") w.add_uint64(k, v);
   if (head_dim != e / heads) w.add_uint32("llama.attention.key_length", head_dim);
   w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
   w.add_float32("llama.rope.freq_base", 10000.0f);
@@ -759,6 +759,11 @@ TEST_CASE("bad hyperparameters are rejected with the file and the key named, bef
                       Catch::Contains("llama.embedding_length 64 is not a multiple of llama.attention.head_count 5"));
   REQUIRE_THROWS_WITH(with({{"llama.rope.dimension_count", 0}}),
                       Catch::Contains("llama.rope.dimension_count (else the head width) 0 must be even, positive and at most the head width 16"));
+  // Value heads must be as wide as the key heads (the head width), whichever key gives that.
+  REQUIRE_THROWS_WITH(with({{"llama.attention.value_length", 32}}),
+                      Catch::StartsWith("tiny.gguf: llama.attention.value_length is 32, expected the head width 16"));
+  CHECK_NOTHROW(with({{"llama.attention.value_length", 16}}));
+  CHECK_NOTHROW(with({{"llama.attention.value_length", 16}, {"llama.attention.key_length", 16}}));
   // The model's vocabulary and the tokenizer's must agree (the tiny file has no tokenizer: checked below).
   REQUIRE_THROWS_WITH(with({{"llama.vocab_size", 0}}), Catch::Contains("llama.vocab_size (or the token count) is 0"));
 }

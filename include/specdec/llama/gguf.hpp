@@ -597,7 +597,8 @@ inline void File::parse_tensor_info(detail::Cursor& in) {
   }
   const std::uint32_t type = in.u32("type");
   const auto known = tensor_type_from_id(type);
-  if (!known) fail(name_, ": tensor '", name, "' has unknown tensor type ", type);
+  if (!known)
+    fail(name_, ": tensor '", name, "' has unknown tensor type ", type, ", expected one of ", detail::known_type_ids());
   t.type = *known;
   if (t.dims[0] % block_size(t.type) != 0) {
     fail(name_, ": tensor '", name, "' row length ", t.dims[0], " is not a multiple of the ", type_name(t.type),

@@ -39,7 +39,8 @@ struct LlamaConfig {
 
   /// Reads the llama.* keys; vocab from llama.vocab_size, else the tokenizer.ggml.tokens count, else the
   /// token_embd.weight shape. Throws specdec::Error, naming the file and the key, on another architecture,
-  /// missing keys or bad values, and when llama.vocab_size and the tokenizer's token count disagree.
+  /// missing keys or bad values, when llama.vocab_size and the tokenizer's token count disagree, and when
+  /// llama.attention.value_length is not the head width.
   static LlamaConfig from_gguf(const gguf::File& file) {
     if (auto arch = file.find_string("general.architecture"); arch && *arch != "llama")
       specdec::detail::fail(file.name(), ": general.architecture is \"", *arch, "\", expected \"llama\"");
@@ -75,6 +76,11 @@ struct LlamaConfig {
       c.vocab = embd->dims[1];
     }
     gguf::naming_file(file, [&] { c.validate(); });
+    // The forward reads values as wide as keys: a file whose value heads differ would load with wrong shapes.
+    if (auto value_length = file.find_uint("llama.attention.value_length"); value_length && *value_length != c.head_dim)
+      specdec::detail::fail(file.name(), ": llama.attention.value_length is ", *value_length, ", expected the head width ",
+                            c.head_dim, " (llama.attention.key_length, else embedding_length / head_count): ",
+                            "value heads of another width are not supported");
     return c;
   }
 

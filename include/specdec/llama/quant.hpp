@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace specdec::gguf {
@@ -51,6 +52,15 @@ inline constexpr TypeTraits type_traits(std::uint32_t id) {
     case 30: return {"bf16", 1, 2};
     default: return {"unknown", 0, 0};
   }
+}
+
+/// "f32 (0), f16 (1), ..., bf16 (30)": the ids this library knows, for errors about one it does not.
+inline std::string known_type_ids() {
+  std::string text;
+  for (std::uint32_t id = 0; id <= 30; ++id)
+    if (const TypeTraits traits = type_traits(id); traits.block_size != 0)
+      text.append(text.empty() ? "" : ", ").append(traits.name).append(" (" + std::to_string(id) + ")");
+  return text;
 }
 
 }  // namespace detail
