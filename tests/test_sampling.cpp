@@ -2,6 +2,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <map>
 #include <numeric>
 #include <random>
@@ -104,6 +106,83 @@ TEST_CASE("transform applies temperature, then top-k, then top-p, and renormalis
   transform_logits(row, {.temperature = 1.0f, .top_k = 4, .top_p = 1.0f}, p);
   CHECK(p[4] == 0.0);
   CHECK(p[0] > 0.0);
+}
+
+TEST_CASE("equal logits get equal probabilities at every row length, and top-p keeps the lower indices of a tie",
+          "[sampling]") {
+  // A row's last n % lanes weights once took another exp than the rest (Eigen's scalar tail): the tied tokens'
+  // probabilities then differed in their last bits, and top-p kept a higher index before a lower one.
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> uniform(-20.0f, 0.0f);
+  for (std::size_t n = 2; n <= 40; ++n) {
+    for (int trial = 0; trial < 25; ++trial) {
+      const float tied = trial == 0 ? -13.8758507f : uniform(rng);
+      std::vector<float> row(n, tied);
+      row[0] = 0.0f;
+      for (const float temperature : {1.0f, 0.7f}) {
+        CAPTURE(n, tied, temperature);
+        std::vector<double> p;
+        transform_logits(row, {.temperature = temperature}, p);
+        for (std::size_t i = 2; i < n; ++i) REQUIRE(p[i] == p[1]);
+        if (n < 4 || p[1] == 0.0) continue;
+        // Mass enough for token 0 and one and a half tied tokens: the top two of the tie, 1 and 2, are kept.
+        const double top_p = p[0] + 1.5 * p[1];
+        if (!(top_p < 0.999)) continue;
+        transform_logits(row, {.temperature = temperature, .top_p = static_cast<float>(top_p)}, p);
+        for (std::size_t i = 0; i < n; ++i) REQUIRE((p[i] > 0.0) == (i < 3));
+      }
+    }
+  }
+}
+
+TEST_CASE("top-p keeps a prefix whose mass reaches top_p exactly, and matches a sort-based reference on random rows",
+          "[sampling]") {
+  std::vector<double> p;
+  transform_logits(std::vector<float>(4, 1.0f), {.temperature = 1.0f, .top_p = 0.5f}, p);  // 0.25 + 0.25 = 0.5
+  CHECK(p == std::vector<double>{0.5, 0.5, 0.0, 0.0});
+  transform_logits(std::vector<float>(4, 1.0f), {.temperature = 1.0f, .top_p = 0.75f}, p);
+  CHECK(p == std::vector<double>{1.0 / 3, 1.0 / 3, 1.0 / 3, 0.0});
+  // The reference: weights in double, a stable sort by probability (lower index first on a tie), then the
+  // shortest prefix that reaches top_p. Rows draw logits from a few values, so that ties are common.
+  std::mt19937 rng(12);
+  int compared = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const std::size_t n = 1 + rng() % 70;
+    const SamplingParams params{.temperature = std::array{0.5f, 1.0f, 1.9f}[rng() % 3],
+                                .top_k = static_cast<std::size_t>(rng() % 4 == 0 ? 1 + rng() % n : 0),
+                                .top_p = std::array{0.1f, 0.5f, 0.9f, 0.99f, 1.0f}[rng() % 5]};
+    std::vector<float> row(n);
+    for (auto& l : row) l = rng() % 8 == 0 ? -INFINITY : static_cast<float>(rng() % 9) * 0.75f - 3.0f;
+    row[rng() % n] = 1.0f;
+    std::vector<float> sorted(row);
+    std::sort(sorted.begin(), sorted.end(), std::greater<>());
+    std::vector<double> reference(n, 0.0);
+    for (std::size_t i = 0; i < n; ++i)
+      if (params.top_k == 0 || row[i] >= sorted[params.top_k - 1])
+        reference[i] = std::exp((static_cast<double>(row[i]) - sorted[0]) / params.temperature);
+    const double total = std::accumulate(reference.begin(), reference.end(), 0.0);
+    for (auto& r : reference) r /= total;
+    std::vector<std::size_t> order(n);
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return reference[a] > reference[b]; });
+    double mass = 0.0;
+    std::size_t kept = 0;
+    while (kept < n && mass < params.top_p) mass += reference[order[kept++]];
+    // A prefix whose mass lies within rounding of top_p could end on either side: not compared.
+    if (params.top_p < 1.0f && std::abs(mass - reference[order[kept - 1]] - params.top_p) < 1e-5) continue;
+    if (params.top_p < 1.0f && std::abs(mass - params.top_p) < 1e-5) continue;
+    for (std::size_t i = kept; i < n; ++i) reference[order[i]] = 0.0;
+    for (auto& r : reference) r /= mass;
+    transform_logits(row, params, p);
+    CAPTURE(trial, n, params.temperature, params.top_k, params.top_p);
+    for (std::size_t i = 0; i < n; ++i) {
+      CAPTURE(i);
+      REQUIRE((p[i] > 0.0) == (reference[i] > 0.0));
+      REQUIRE(p[i] == Approx(reference[i]).margin(1e-6).epsilon(1e-5));
+    }
+    ++compared;
+  }
+  CHECK(compared > 2500);
 }
 
 TEST_CASE("a row with one clear winner transforms to the same one-hot result on both sides of the shortcut", "[sampling]") {

@@ -25,7 +25,7 @@ namespace specdec {
 /// How a sampling policy reshapes the target's (and draft's) logits before sampling.
 struct SamplingParams {
   float temperature = 1.0f;  // 0 means greedy (argmax); must be >= 0 and finite
-  std::size_t top_k = 0;     // keep the k most probable tokens (ties at the k-th value kept); 0 = off
+  std::size_t top_k = 0;     // keep the k most probable tokens (ties at the k-th value kept); 0 or >= vocab = off
   float top_p = 1.0f;        // keep the smallest set of most probable tokens whose mass reaches top_p; in (0, 1]
 };
 
@@ -208,9 +208,19 @@ inline void transform_dense(std::span<const float> row, const SamplingParams& pa
   const Eigen::Map<const Eigen::ArrayXf> logits(row.data(), static_cast<Eigen::Index>(n));
   const float max = logits.maxCoeff();
   if (!(max > -INFINITY)) fail("transform_logits of a row with no finite logit: every token masked out");
-  thread_local Eigen::ArrayXf weights;  // [vocab], reused: no allocation per row
   const float inverse_t = 1.0f / params.temperature;
-  weights = ((logits - max) * inverse_t).exp();  // Eigen's vectorised exp
+  // Eigen's vectorised exp, on every weight: an expression of the row's own length takes its last n % lanes
+  // entries through the scalar std::exp, whose last bit can differ from the packet's. Equal logits then got
+  // unequal weights (top-p's tie order, lower index first, broke), and a token's weight depended on the vector
+  // width. A buffer padded to 16 lanes (a multiple of every packet) keeps all of them on the packet path.
+  constexpr std::size_t lanes = 16;
+  const auto padded = static_cast<Eigen::Index>((n + lanes - 1) / lanes * lanes);
+  thread_local Eigen::ArrayXf buffer;  // reused: no allocation per row of the same length
+  if (buffer.size() != padded) buffer.resize(padded);
+  buffer.head(static_cast<Eigen::Index>(n)) = (logits - max) * inverse_t;
+  buffer.tail(padded - static_cast<Eigen::Index>(n)).setZero();
+  buffer = buffer.exp();
+  Eigen::Map<Eigen::ArrayXf> weights(buffer.data(), static_cast<Eigen::Index>(n));
   // Below e^-87 a weight is 0: Eigen's vectorised exp clamps its argument at about -88.7, which left masked
   // tokens (-inf, -1e30) a weight of 3e-39 instead of 0 in whole vector packets (and exactly 0 in the tail).
   // A plain loop, which the compiler vectorises: an Eigen select() of the same test runs element by element, and
