@@ -99,6 +99,20 @@ TEST_CASE("prompt lookup's round budget follows the length of the match behind i
   draft.truncate(0);
   draft.forward(std::vector<Token>{1, 2, 3});
   CHECK(draft.draft_budget() == 0);  // no match
+  // max_ngram bounds the search, not the budget: a long repeat found as a 2-token match is not capped at 2.
+  PromptLookupDraft small(20, 2);
+  std::vector<Token> repeated;
+  for (int r = 0; r < 3; ++r) repeated.insert(repeated.end(), {3, 5, 7, 1, 9, 6});
+  small.forward(repeated);
+  CHECK(small.match_length() == 2);
+  CHECK(small.draft_budget() == std::numeric_limits<std::size_t>::max());
+  small.truncate(0);
+  small.forward(std::vector<Token>{8, 7, 1, 9, 6, 2, 7, 1, 9});  // "7 1 9": a 3-token match, found as 2
+  CHECK(small.match_length() == 2);
+  CHECK(small.draft_budget() == 3);
+  small.truncate(0);
+  small.forward(std::vector<Token>{2, 7, 1, 9, 6, 2, 7, 1, 9});  // 4 tokens: counted back to the context's start
+  CHECK(small.draft_budget() == 4);
   PromptLookupDraft custom(20, 3, 1, {1, 0});
   custom.forward(std::vector<Token>{7, 1, 9, 6, 1, 9});
   CHECK(custom.draft_budget() == 0);
