@@ -141,6 +141,91 @@ TEST_CASE("a draft is caught up in one call after rounds without drafting and af
   CHECK(s.draft_forward_calls == 1 + s.draft_catch_up_calls + s.drafted_tokens);
 }
 
+namespace {
+/// The target's own logits over the whole context, made wrong on purpose where they predict a token whose index
+/// is a multiple of 4: every other proposal is right only if the draft holds exactly the final tokens before it.
+struct SabotagedDraft {
+  ToyModel inner;
+  Logits rows;
+  std::size_t vocab_size() const { return inner.vocab_size(); }
+  std::size_t context_size() const { return inner.context_size(); }
+  void truncate(std::size_t n) { inner.truncate(n); }
+  const Logits& forward(std::span<const Token> tokens) {
+    const std::size_t before = inner.context_size();
+    rows = inner.forward(tokens);
+    for (Eigen::Index j = 0; j < rows.rows(); ++j) {
+      if ((before + static_cast<std::size_t>(j) + 1) % 4 != 0) continue;
+      Eigen::Index best = 0;
+      rows.row(j).maxCoeff(&best);
+      rows(j, (best + 1) % rows.cols()) = rows(j, best) + 1.0f;
+    }
+    return rows;
+  }
+};
+
+/// Draft lengths from a cycle (0: a round without drafting), and every round's report.
+struct CycleOfLengths {
+  std::vector<std::size_t> cycle;
+  std::size_t round = 0;
+  std::vector<RoundReport> reports;
+  std::size_t next(const GenerateOptions&) { return cycle[round++ % cycle.size()]; }
+  void observe(const RoundReport& report) { reports.push_back(report); }
+};
+}  // namespace
+
+TEST_CASE("after every rollback and catch-up the draft holds the final tokens, and no stale one", "[decoder]") {
+  // Both models see the whole context (a window longer than any sequence here): one stale token left in the
+  // draft (a rejected proposal kept, a catch-up skipped) would change all its later rows.
+  const ToyModelConfig config{.vocab = kVocab, .window = 1000, .seed = 17, .scale = 2.0f};
+  ToyModel target(config);
+  for (const std::size_t k : {1u, 2u, 3u, 5u, 8u}) {
+    SabotagedDraft draft{ToyModel(config), {}};
+    SpeculativeDecoder decoder(draft, target, Greedy{}, CycleOfLengths{{k, 0, k, k, 0, 0, k}, 0, {}});
+    std::size_t accepted = 0;
+    for (const auto& prompt : prompts(6)) {  // one decoder: later prompts reuse what the models hold
+      CAPTURE(k, prompt);
+      const GenerateOptions options{.max_new_tokens = 30};
+      const std::size_t first = decoder.draft_length_policy().reports.size();
+      const auto out = decoder.generate(prompt, options);
+      REQUIRE(out.tokens == generate_autoregressive(target, Greedy{}, prompt, options).tokens);
+      // Proposal i of a round after n final tokens predicts the token at index n + i: it is wrong exactly
+      // where n + i is a multiple of 4, so the round accepts up to the first such index.
+      std::size_t n = prompt.size();
+      const auto& reports = decoder.draft_length_policy().reports;
+      for (std::size_t r = first; r < reports.size(); ++r) {
+        std::size_t expected = 0;
+        while (expected < reports[r].drafted && (n + expected) % 4 != 0) ++expected;
+        CAPTURE(r, n);
+        REQUIRE(reports[r].drafted == reports[r].requested);
+        REQUIRE(reports[r].accepted == expected);
+        accepted += expected;
+        n += reports[r].accepted + 1;
+      }
+    }
+    CHECK(accepted > 20);
+  }
+}
+
+TEST_CASE("a draft that will not be asked to propose is not fed the prompt", "[decoder]") {
+  ToyModel target(target_config()), draft(good_draft_config());
+  SpeculativeDecoder decoder(draft, target);
+  const std::vector<Token> prompt{3, 1, 4, 1, 5};
+  const auto none = decoder.generate(prompt, {.max_new_tokens = 0, .draft_length = 4});
+  CHECK(none.tokens.empty());
+  CHECK(none.stats.draft_forward_calls == 0);
+  CHECK(draft.context_size() == 0);
+  const GenerateOptions plain_rounds{.max_new_tokens = 12, .draft_length = 0};
+  const auto plain = decoder.generate(prompt, plain_rounds);
+  CHECK(plain.stats.draft_forward_calls == 0);
+  CHECK(plain.tokens == generate_autoregressive(target, Greedy{}, prompt, plain_rounds).tokens);
+  // A later call that drafts brings the draft up to the prompt first.
+  const GenerateOptions drafting{.max_new_tokens = 12, .draft_length = 4};
+  const auto fast = decoder.generate(prompt, drafting);
+  CHECK(fast.stats.draft_forward_calls > 1);
+  CHECK(fast.stats.drafted_tokens > 0);
+  CHECK(fast.tokens == generate_autoregressive(target, Greedy{}, prompt, drafting).tokens);
+}
+
 TEST_CASE("a bad draft is mostly rejected and the good draft sits in between", "[decoder]") {
   ToyModel target(target_config()), good(good_draft_config()), bad(bad_draft_config());
   const std::vector<Token> prompt{1, 2, 3};

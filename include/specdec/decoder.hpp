@@ -67,7 +67,10 @@ class SpeculativeDecoder {
     auto& stats = out.stats;
     stats.prompt_tokens = prompt.size();
     std::vector<Token> sequence(prompt.begin(), prompt.end());
-    prefill(sequence, stats);
+    // A draft that will not be asked for a proposal is not brought up to the prompt (a later call catches up).
+    const bool drafting = options.max_new_tokens > 0 &&
+                          !(std::is_same_v<DraftLength, FixedDraftLength> && options.draft_length == 0);
+    prefill(sequence, drafting, stats);
     if (options.max_new_tokens == 0) return finish(out, start);
     if constexpr (requires { length_.begin_generation(); }) length_.begin_generation();
 
@@ -135,15 +138,16 @@ class SpeculativeDecoder {
   const Acceptance& acceptance() const { return acceptance_; }
 
  private:
-  /// Brings both models to hold the prompt minus its last token (reusing what they already hold).
-  void prefill(std::span<const Token> sequence, DecodeStats& stats) {
+  /// Brings the target, and the draft when `drafting`, to hold the prompt minus its last token (reusing what
+  /// they already hold).
+  void prefill(std::span<const Token> sequence, bool drafting, DecodeStats& stats) {
     const std::size_t n = sequence.size();
     const double before = stats.target_seconds + stats.draft_seconds;
     const std::size_t held = target_.sync(sequence, n - 1);
     stats.reused_prompt_tokens = held;
     if (held < n - 1)
       target_.append(sequence.subspan(held, n - 1 - held), stats.target_seconds, stats.target_forward_calls);
-    if (room(n) > 0) {  // else a draft too small for the prompt sits out: every round then has k = 0
+    if (drafting && room(n) > 0) {  // else a draft too small for the prompt sits out: every round then has k = 0
       const std::size_t draft_held = draft_.sync(sequence, n - 1);
       if (draft_held < n - 1)
         draft_.append(sequence.subspan(draft_held, n - 1 - draft_held), stats.draft_seconds, stats.draft_forward_calls);
