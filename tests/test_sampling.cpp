@@ -7,6 +7,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <string>
 #include <specdec/specdec.hpp>
 
 #include "support/broken_models.hpp"
@@ -283,6 +284,39 @@ TEST_CASE("the sampling functions reject bad input with a specdec::Error that na
   CHECK_THROWS_WITH(top_probability(with_inf), Catch::StartsWith("top_probability of a logits row with no distribution"));
   CHECK_THROWS_WITH(top_probability(all_masked), Catch::StartsWith("top_probability of a logits row with no distribution"));
   CHECK_THROWS_WITH(one_hot_index(row, {.temperature = -1.0f}), "temperature must be a finite number >= 0, got -1");
+}
+
+TEST_CASE("every policy's session refuses a row with a NaN or +inf, or with no number, naming the policy",
+          "[sampling][errors]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<std::vector<float>> bad{{0.5f, nan, 1.0f}, {0.5f, INFINITY, 1.0f}, {-INFINITY, -INFINITY, -INFINITY}};
+  const std::vector<float> good{0.5f, -INFINITY, 1.0f};
+  const auto each_call = [&](auto policy, const std::string& name) {
+    for (const auto& row : bad) {
+      CAPTURE(name, row);
+      typename decltype(policy)::Session session(policy, 3, 7);
+      const auto refused = [&](auto&& call) {  // a specdec::Error naming the policy and what is wrong
+        try {
+          call();
+        } catch (const Error& e) {
+          const std::string m = e.what();
+          return m.starts_with(name) && (m.find(" needs logits that are numbers or -inf, got ") != std::string::npos ||
+                                         m.find(" got a logits row with no number in it (3 columns") != std::string::npos);
+        }
+        return false;
+      };
+      CHECK(refused([&] { session.propose(row, 0, 4); }));
+      session.propose(good, 0, 4);  // so that verify has a proposal in slot 0
+      CHECK(refused([&] { session.verify(row, 0, 2, 4); }));
+      CHECK(refused([&] { session.sample(row, 5); }));
+    }
+  };
+  each_call(Greedy{}, "Greedy");
+  for (const float t : {0.0f, 1.0f}) {
+    CAPTURE(t);
+    each_call(RejectionSampling{{.temperature = t}}, "RejectionSampling");
+    each_call(CoupledSampling{{.temperature = t}}, "CoupledSampling");
+  }
 }
 
 TEST_CASE("on long sparse rows inverse-cdf sampling and top-p keep what plain scans would, in every block", "[sampling]") {

@@ -1,7 +1,9 @@
 // specdec/acceptance.hpp — acceptance policies: how a draft proposes and how the target accepts.
 // Entry points: Greedy, RejectionSampling, CoupledSampling, and the AcceptancePolicy concept.
 // A policy is a small value type; its Session holds per-generation scratch and works on logits rows and
-// tokens only — it never sees a model — so it is testable with hand-made rows.
+// tokens only — it never sees a model — so it is testable with hand-made rows. The Sessions here check each row
+// they are given (numbers or -inf, at least one number), as the decoder does before them: a few microseconds a
+// row, so that a hand-made row with a NaN is an error rather than a token.
 // Read next: decoder.hpp (who drives a Session).
 #pragma once
 
@@ -44,12 +46,18 @@ struct Greedy {
   class Session {
    public:
     Session(const Greedy&, std::size_t, std::uint64_t) {}
-    Token propose(std::span<const float> row, std::size_t, std::uint64_t) { return argmax(row); }
+    Token propose(std::span<const float> row, std::size_t, std::uint64_t) { return choose(row); }
     Verdict verify(std::span<const float> row, std::size_t, Token drafted, std::uint64_t) {
-      const Token chosen = argmax(row);
+      const Token chosen = choose(row);
       return {chosen == drafted, chosen};
     }
-    Token sample(std::span<const float> row, std::uint64_t) { return argmax(row); }
+    Token sample(std::span<const float> row, std::uint64_t) { return choose(row); }
+
+   private:
+    static Token choose(std::span<const float> row) {
+      detail::check_logits_row(row, "Greedy");
+      return argmax(row);
+    }
   };
 };
 
@@ -68,6 +76,7 @@ struct RejectionSampling {
     Session(const RejectionSampling& policy, std::size_t, std::uint64_t seed) : params_(policy.params), rng_(seed) {}
 
     Token propose(std::span<const float> row, std::size_t slot, std::uint64_t position) {
+      detail::check_logits_row(row, "RejectionSampling");
       if (slot >= q_.size()) q_.resize(slot + 1), one_hot_.resize(slot + 1);
       // A one-hot q (a prompt-lookup draft's row) is kept as its index: no dense row to fill (49k doubles) or to
       // subtract on rejection. Its sample is that index whatever the draw, and the draws are counter-based, so
@@ -87,6 +96,7 @@ struct RejectionSampling {
     }
 
     Verdict verify(std::span<const float> row, std::size_t slot, Token drafted, std::uint64_t position) {
+      detail::check_logits_row(row, "RejectionSampling");
       detail::transform_row(row, params_, p_);
       const std::size_t one = one_hot_.at(slot);
       const auto x = static_cast<std::size_t>(drafted);
@@ -113,6 +123,7 @@ struct RejectionSampling {
     }
 
     Token sample(std::span<const float> row, std::uint64_t position) {
+      detail::check_logits_row(row, "RejectionSampling");
       detail::transform_row(row, params_, p_);
       return sample_index(p_, rng_.uniform(position, RandomStream::target));
     }
@@ -152,6 +163,7 @@ struct CoupledSampling {
 
    private:
     Token choose(std::span<const float> row, std::uint64_t position) {
+      detail::check_logits_row(row, "CoupledSampling");
       // A one-hot distribution (temperature 0, a prompt-lookup draft's row) keeps one token: the race's winner.
       if (const auto one = one_hot_index(row, params_)) return static_cast<Token>(*one);
       detail::transform_dense(row, params_, probs_);
