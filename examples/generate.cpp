@@ -6,6 +6,7 @@
 // Reads top-down: arguments -> models -> one run per decoder -> text, summary or JSON.
 #include <charconv>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <initializer_list>
 #include <iostream>
@@ -14,6 +15,8 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <variant>
 #include <vector>
 
@@ -177,7 +180,9 @@ struct DraftSpec {
   std::string path;        // model
 };
 
-DraftSpec parse_draft(const std::string& text, std::size_t target_layers) {
+/// Checks what needs no model (the syntax, the numbers, that a draft model's file exists), before the target
+/// loads; check_early_exit() checks L against the target's layers after.
+DraftSpec parse_draft(const std::string& text) {
   DraftSpec d;
   if (text == "none") d.kind = DraftSpec::Kind::none;
   else if (text == "ngram") d.kind = DraftSpec::Kind::ngram;
@@ -187,15 +192,24 @@ DraftSpec parse_draft(const std::string& text, std::size_t target_layers) {
   } else if (text.starts_with("early-exit:")) {
     d.kind = DraftSpec::Kind::early_exit;
     d.n = parse_number<std::size_t>("--draft early-exit:L", std::string_view(text).substr(11));
-    if (target_layers < 2)
-      throw UsageError("--draft early-exit:L needs a model of 2 layers or more, this one has " + std::to_string(target_layers));
-    if (d.n == 0 || d.n >= target_layers)
-      throw UsageError("--draft early-exit:L needs L in 1.." + std::to_string(target_layers - 1) + ", got " + std::to_string(d.n));
+    if (d.n == 0) throw UsageError("--draft early-exit:L needs L of 1 or more, got 0");
   } else {
+    std::error_code error;
+    if (!std::filesystem::exists(text, error))  // a mistyped kind reads better this way than as a missing file
+      throw UsageError("--draft expects none, ngram, ngram:N, early-exit:L or the path of a GGUF file, got '" + text +
+                       "' (no such file)");
     d.kind = DraftSpec::Kind::model;
     d.path = text;
   }
   return d;
+}
+
+void check_early_exit(const DraftSpec& d, std::size_t target_layers) {
+  if (d.kind != DraftSpec::Kind::early_exit) return;
+  if (target_layers < 2)
+    throw UsageError("--draft early-exit:L needs a model of 2 layers or more, this one has " + std::to_string(target_layers));
+  if (d.n >= target_layers)
+    throw UsageError("--draft early-exit:L needs L in 1.." + std::to_string(target_layers - 1) + ", got " + std::to_string(d.n));
 }
 
 /// The flags given that change nothing in this run (llama.cpp ignores such flags without a word), each with why.
@@ -317,11 +331,12 @@ int run_main(int argc, char** argv) {
     check_stdout();
     return 0;
   }
+  const DraftSpec draft_spec = parse_draft(args.draft);
   const gguf::File file = gguf::File::open(args.model);
   const Tokenizer tokenizer = Tokenizer::from_gguf(file);
   LlamaModel target(llama::LlamaWeights::load(file, args.format), args.max_context,
                     std::make_shared<llama::ThreadPool>(args.threads), args.kv_format);
-  const DraftSpec draft_spec = parse_draft(args.draft, target.config().layers);
+  check_early_exit(draft_spec, target.config().layers);
 
   const std::string prompt_text = args.chat ? Tokenizer::chat_prompt(args.prompt) : args.prompt;
   const std::vector<Token> prompt = tokenizer.encode(prompt_text);
@@ -367,6 +382,20 @@ int run_main(int argc, char** argv) {
                  prompt.size(), args.max_tokens, trained);
   for (const std::string& unused : unused_flags(args, draft_spec.kind))
     std::fprintf(stderr, "specdec-generate: warning: %s\n", unused.c_str());
+  if (const unsigned cores = std::thread::hardware_concurrency(); cores > 0 && args.threads > cores)
+    std::fprintf(stderr,
+                 "specdec-generate: warning: --threads %zu is more than the %u hardware threads here; the workers "
+                 "then take turns on the cores, which is much slower\n",
+                 args.threads, cores);
+  // One forward before any timed run, then forgotten: a process's first forward is slower (cold caches, the
+  // pool's first wake), and after a one-token prompt (no prompt processing) it was timed as decoding in the
+  // first run only: --compare then reported plain decoding as 0.4x of itself.
+  target.forward(std::span(prompt).first(1));
+  target.truncate(0);
+  if (draft_model) {
+    draft_model->forward(std::span(prompt).first(1));
+    draft_model->truncate(0);
+  }
   const bool stream = !args.json;
   if (stream) stream_out(prompt_text);
 

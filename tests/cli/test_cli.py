@@ -152,6 +152,13 @@ check("flags without effect are named, one warning each", r.returncode == 0 and 
 r = run("--prompt", "The capital of France is", "--max-tokens", "4", "--k", "3", "--adaptive", "--temp", "0.7",
         "--seed", "5", "--top-k", "40", "--top-p", "0.9", "--sampling", "coupled", "--json")
 check("flags that take effect raise no warning", r.returncode == 0 and r.stderr == "", r.stderr)
+cores = os.cpu_count()
+if cores and cores < 256:
+    r = run("--prompt", "Hi", "--max-tokens", "1", "--threads", str(cores + 1), "--json")
+    check("more threads than hardware threads runs, with a warning naming both",
+          r.returncode == 0 and r.stderr.splitlines() == [
+              f"specdec-generate: warning: --threads {cores + 1} is more than the {cores} hardware threads here; the "
+              "workers then take turns on the cores, which is much slower"], r.stderr)
 
 # The context holds the prompt and every new token but the last, which is never fed back: exactly that fits.
 prompt_tokens = run_json("--max-tokens", "1", "--draft", "none")["prompt_tokens"]
@@ -197,10 +204,12 @@ errors = [
     (["--temp", "-1"], "temperature must be a finite number >= 0, got -1"),
     (["--top-p", "0"], "top_p must be in (0, 1], got 0"),
     (["--top-p", "1.5"], "top_p must be in (0, 1], got 1.5"),
-    (["--draft", "early-exit:0"], "--draft early-exit:L needs L in 1..29, got 0"),
+    (["--draft", "early-exit:0"], "--draft early-exit:L needs L of 1 or more, got 0"),
     (["--draft", "early-exit:30"], "--draft early-exit:L needs L in 1..29, got 30"),
     (["--draft", "ngram:0"], "--draft ngram:N needs N in 1..16, got 0"),
     (["--draft", "/nonexistent/draft.gguf"], "/nonexistent/draft.gguf"),
+    (["--draft", "NGRAM"], "--draft expects none, ngram, ngram:N, early-exit:L or the path of a GGUF file, got 'NGRAM' "
+                           "(no such file)"),
     (["--sampling", "magic"], "--sampling expects rejection or coupled, got 'magic'"),
     (["--format", "int3"], "--format expects f32, bf16, bf16_dot, quantized or quantized_dot, got 'int3'"),
     (["--kv-format", "q4"], "--kv-format expects f16, f32 or q8, got 'q4'"),
