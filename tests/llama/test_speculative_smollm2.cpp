@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <random>
+#include <string>
 #include <specdec/llama/llama.hpp>
 #include <specdec/specdec.hpp>
 
@@ -82,19 +84,64 @@ TEST_CASE("greedy speculative output equals plain greedy output on SmolLM2 for e
   }
 }
 
-TEST_CASE("a second llama model as the draft keeps greedy output exact", "[llama][smollm2][speculative]") {
+namespace {
+/// The real file with the f32 norm weights of its last four ffn blocks scaled at random: a second llama model,
+/// with the same vocabulary, that agrees with the target often but not always.
+gguf::File perturbed_copy(const gguf::File& file) {
+  std::vector<std::byte> bytes(file.bytes().begin(), file.bytes().end());
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> scale(0.0f, 2.0f);
+  for (int layer = 26; layer < 30; ++layer) {
+    const auto& t = file.tensor("blk." + std::to_string(layer) + ".ffn_norm.weight");
+    REQUIRE(t.type == gguf::TensorType::F32);
+    std::byte* values = bytes.data() + (t.data.data() - file.bytes().data());
+    for (std::size_t i = 0; i < t.elements(); ++i) {
+      float v;
+      std::memcpy(&v, values + 4 * i, 4);
+      v *= scale(rng);
+      std::memcpy(values + 4 * i, &v, 4);
+    }
+  }
+  return gguf::File::from_bytes(std::move(bytes), "perturbed.gguf");
+}
+}  // namespace
+
+TEST_CASE("a second llama model as the draft keeps greedy output exact, and its cache right after its rollbacks",
+          "[llama][smollm2][speculative]") {
   Real& real = Real::get();
   LlamaModel target = real.model(1);
-  LlamaModel draft(real.weights, 512, target.pool());  // the same network loaded twice: a perfect draft
-  llama::check_same_vocabulary(real.tokenizer, real.tokenizer);
   const auto prompt = real.prompt(kPrompts[0].first, true);
   const GenerateOptions options{.max_new_tokens = 30, .draft_length = 5, .stop_tokens = real.tokenizer.stop_tokens()};
   const auto plain = generate_autoregressive(target, Greedy{}, prompt, options);
-  const auto fast = SpeculativeDecoder(draft, target).generate(prompt, options);
+  {
+    LlamaModel twin(real.weights, 512, target.pool());  // the same network loaded twice: a perfect draft
+    const auto fast = SpeculativeDecoder(twin, target).generate(prompt, options);
+    CHECK(fast.tokens == plain.tokens);
+    CHECK(fast.stats.acceptance_rate() == 1.0);
+    CHECK(fast.stats.rounds * 6 >= fast.tokens.size());
+    CHECK(fast.stats.rounds <= (fast.tokens.size() + 5) / 6 + 1);
+  }
+  // Another network: some proposals are rejected, and the draft's cache is rolled back past them.
+  const gguf::File other_file = perturbed_copy(real.file);
+  llama::check_same_vocabulary(llama::Tokenizer::from_gguf(other_file), real.tokenizer);
+  const auto other_weights = llama::LlamaWeights::load(other_file, llama::WeightFormat::quantized);
+  LlamaModel other(other_weights, 512, target.pool());
+  SpeculativeDecoder decoder(other, target);
+  const auto fast = decoder.generate(prompt, options);
   CHECK(fast.tokens == plain.tokens);
-  CHECK(fast.stats.acceptance_rate() == 1.0);
-  CHECK(fast.stats.rounds * 6 >= fast.tokens.size());
-  CHECK(fast.stats.rounds <= (fast.tokens.size() + 5) / 6 + 1);
+  CHECK(fast.stats.accepted_tokens > 0);
+  CHECK(fast.stats.accepted_tokens < fast.stats.drafted_tokens);
+  // The draft then holds the whole output but its last token (a call with no room to draft brings it there),
+  // and its next logits are bit for bit those of a fresh model given the same tokens at once.
+  std::vector<Token> sequence(prompt);
+  sequence.insert(sequence.end(), fast.tokens.begin(), fast.tokens.end());
+  decoder.generate(sequence, {.max_new_tokens = 1, .draft_length = 5});
+  REQUIRE(other.context_size() == sequence.size() - 1);
+  const Logits next = other.forward(std::span(sequence).last(1));
+  LlamaModel fresh(other_weights, 512, target.pool());
+  const Logits& expected = fresh.forward(sequence);
+  REQUIRE(next.rows() == 1);
+  CHECK(std::memcmp(next.data(), expected.row(expected.rows() - 1).data(), sizeof(float) * next.size()) == 0);
 }
 
 TEST_CASE("coupled sampling on SmolLM2 gives the plain coupled tokens for every draft and k, and adaptive k",
