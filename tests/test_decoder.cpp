@@ -214,6 +214,10 @@ TEST_CASE("a draft that will not be asked to propose is not fed the prompt", "[d
   CHECK(none.tokens.empty());
   CHECK(none.stats.draft_forward_calls == 0);
   CHECK(draft.context_size() == 0);
+  const auto one = decoder.generate(prompt, {.max_new_tokens = 1, .draft_length = 4});
+  CHECK(one.stats.draft_forward_calls == 0);
+  CHECK(draft.context_size() == 0);
+  CHECK(one.tokens == generate_autoregressive(target, Greedy{}, prompt, {.max_new_tokens = 1}).tokens);
   const GenerateOptions plain_rounds{.max_new_tokens = 12, .draft_length = 0};
   const auto plain = decoder.generate(prompt, plain_rounds);
   CHECK(plain.stats.draft_forward_calls == 0);

@@ -67,8 +67,9 @@ class SpeculativeDecoder {
     auto& stats = out.stats;
     stats.prompt_tokens = prompt.size();
     std::vector<Token> sequence(prompt.begin(), prompt.end());
-    // A draft that will not be asked for a proposal is not brought up to the prompt (a later call catches up).
-    const bool drafting = options.max_new_tokens > 0 &&
+    // A draft that will not be asked for a proposal is not brought up to the prompt (a later call catches up):
+    // the one round of a single new token drafts nothing (k <= new tokens left - 1).
+    const bool drafting = options.max_new_tokens > 1 &&
                           !(std::is_same_v<DraftLength, FixedDraftLength> && options.draft_length == 0);
     prefill(sequence, drafting, stats);
     if (options.max_new_tokens == 0) return finish(out, start);
