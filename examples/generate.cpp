@@ -194,8 +194,8 @@ DraftSpec parse_draft(const std::string& text) {
     d.n = parse_number<std::size_t>("--draft early-exit:L", std::string_view(text).substr(11));
     if (d.n == 0) throw UsageError("--draft early-exit:L needs L of 1 or more, got 0");
   } else {
-    std::error_code error;
-    if (!std::filesystem::exists(text, error))  // a mistyped kind reads better this way than as a missing file
+    std::error_code error;  // set where the path cannot be looked at (permissions): the file's open then says why
+    if (!std::filesystem::exists(text, error) && !error)  // a mistyped kind reads better so than as a missing file
       throw UsageError("--draft expects none, ngram, ngram:N, early-exit:L or the path of a GGUF file, got '" + text +
                        "' (no such file)");
     d.kind = DraftSpec::Kind::model;
@@ -413,6 +413,8 @@ int run_main(int argc, char** argv) {
     }
     case DraftSpec::Kind::early_exit: {
       llama::EarlyExitDraft draft(target, draft_spec.n);
+      draft.forward(std::span(prompt).first(1));  // its own caches warmed too, as the models' above
+      draft.truncate(0);
       main_run = run_speculative(draft, target, args, prompt, options, tokenizer, stream);
       break;
     }

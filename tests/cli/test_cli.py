@@ -6,6 +6,7 @@ Prints one line per check and a closing 'N passed, N failed' line; exits non-zer
 """
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -152,13 +153,14 @@ check("flags without effect are named, one warning each", r.returncode == 0 and 
 r = run("--prompt", "The capital of France is", "--max-tokens", "4", "--k", "3", "--adaptive", "--temp", "0.7",
         "--seed", "5", "--top-k", "40", "--top-p", "0.9", "--sampling", "coupled", "--json")
 check("flags that take effect raise no warning", r.returncode == 0 and r.stderr == "", r.stderr)
-cores = os.cpu_count()
-if cores and cores < 256:
-    r = run("--prompt", "Hi", "--max-tokens", "1", "--threads", str(cores + 1), "--json")
-    check("more threads than hardware threads runs, with a warning naming both",
-          r.returncode == 0 and r.stderr.splitlines() == [
-              f"specdec-generate: warning: --threads {cores + 1} is more than the {cores} hardware threads here; the "
-              "workers then take turns on the cores, which is much slower"], r.stderr)
+# More threads than either count of this machine's CPUs (online ones, and those this process may run on).
+threads = max(os.cpu_count() or 1, len(os.sched_getaffinity(0))) + 1
+if threads <= 256:
+    r = run("--prompt", "Hi", "--max-tokens", "1", "--threads", str(threads), "--json")
+    warning = re.fullmatch(r"specdec-generate: warning: --threads (\d+) is more than the (\d+) hardware threads here; "
+                           r"the workers then take turns on the cores, which is much slower\n", r.stderr)
+    check("more threads than hardware threads runs, with a warning naming both", r.returncode == 0 and warning and
+          int(warning[1]) == threads and int(warning[2]) < threads, r.stderr)
 
 # The context holds the prompt and every new token but the last, which is never fed back: exactly that fits.
 prompt_tokens = run_json("--max-tokens", "1", "--draft", "none")["prompt_tokens"]
