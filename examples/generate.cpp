@@ -258,6 +258,15 @@ Run run_one(const Tokenizer& tokenizer, bool stream, Generate&& generate) {
   return run;
 }
 
+// One forward before any timed run, then forgotten: a process's first forward is slower (cold caches, the
+// pool's first wake), and after a one-token prompt (no prompt processing) it was timed as decoding in the
+// first run only: --compare then reported plain decoding as 0.4x of itself.
+template <class M>
+void warm_up(M& model, const std::vector<Token>& prompt) {
+  model.forward(std::span(prompt).first(1));
+  model.truncate(0);
+}
+
 /// Runs the speculative decoder for one draft model, with the policy and draft-length choice from the args.
 template <class Draft>
 Run run_speculative(Draft& draft, LlamaModel& target, const Args& args, const std::vector<Token>& prompt,
@@ -387,15 +396,8 @@ int run_main(int argc, char** argv) {
                  "specdec-generate: warning: --threads %zu is more than the %u hardware threads here; the workers "
                  "then take turns on the cores, which is much slower\n",
                  args.threads, cores);
-  // One forward before any timed run, then forgotten: a process's first forward is slower (cold caches, the
-  // pool's first wake), and after a one-token prompt (no prompt processing) it was timed as decoding in the
-  // first run only: --compare then reported plain decoding as 0.4x of itself.
-  target.forward(std::span(prompt).first(1));
-  target.truncate(0);
-  if (draft_model) {
-    draft_model->forward(std::span(prompt).first(1));
-    draft_model->truncate(0);
-  }
+  warm_up(target, prompt);
+  if (draft_model) warm_up(*draft_model, prompt);
   const bool stream = !args.json;
   if (stream) stream_out(prompt_text);
 
@@ -413,8 +415,7 @@ int run_main(int argc, char** argv) {
     }
     case DraftSpec::Kind::early_exit: {
       llama::EarlyExitDraft draft(target, draft_spec.n);
-      draft.forward(std::span(prompt).first(1));  // its own caches warmed too, as the models' above
-      draft.truncate(0);
+      warm_up(draft, prompt);  // its own caches warmed too, as the models' above
       main_run = run_speculative(draft, target, args, prompt, options, tokenizer, stream);
       break;
     }

@@ -28,6 +28,9 @@ enum class TensorType : std::uint32_t {
 
 namespace detail {
 
+/// The largest id in TensorType; type_traits knows no id above it.
+inline constexpr std::uint32_t kLargestTypeId = std::uint32_t(TensorType::BF16);
+
 struct TypeTraits {
   std::string_view name;
   std::size_t block_size;  // elements per block
@@ -57,7 +60,7 @@ inline constexpr TypeTraits type_traits(std::uint32_t id) {
 /// "f32 (0), f16 (1), ..., bf16 (30)": the ids this library knows, for errors about one it does not.
 inline std::string known_type_ids() {
   std::string text;
-  for (std::uint32_t id = 0; id <= 30; ++id)
+  for (std::uint32_t id = 0; id <= kLargestTypeId; ++id)
     if (const TypeTraits traits = type_traits(id); traits.block_size != 0)
       text.append(text.empty() ? "" : ", ").append(traits.name).append(" (" + std::to_string(id) + ")");
   return text;
