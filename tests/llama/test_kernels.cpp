@@ -334,6 +334,80 @@ TEST_CASE("tasks run together each get a thread, wait for each other at every st
     }
 }
 
+TEST_CASE("a failing task's own exception reaches run_together's caller, and every task gets its own thread",
+          "[kernels]") {
+  using specdec::llama::StepBarrier;
+  for (const auto spin : {std::chrono::microseconds(300), std::chrono::microseconds(0)})
+    for (std::size_t threads : {2, 3, 4}) {
+      CAPTURE(spin.count(), threads);
+      ThreadPool pool(threads, spin);
+      // The failing task aborts, as it must, then throws: the tasks it releases throw Aborted, often before its
+      // own exception leaves it. The caller gets the real error every time (it got Aborted in a third of the
+      // jobs when the first exception won).
+      int aborted_won = 0;
+      for (int job = 0; job < 300; ++job) {
+        const std::size_t failing = static_cast<std::size_t>(job) % threads;
+        StepBarrier barrier(threads);
+        try {
+          pool.run_together([&](std::size_t task, std::size_t) {
+            if (task == failing) {
+              barrier.abort();
+              throw std::runtime_error("task " + std::to_string(task) + " failed");
+            }
+            barrier.wait(task);
+          });
+          FAIL("the job did not throw");
+        } catch (const std::runtime_error& e) {
+          REQUIRE(std::string(e.what()) == "task " + std::to_string(failing) + " failed");
+        } catch (const StepBarrier::Aborted&) {
+          ++aborted_won;
+        }
+      }
+      CHECK(aborted_won == 0);
+      // Task 0 returns at once and the others wait for each other, not for it: each still needs a thread of its
+      // own (the caller used to run a late worker's task itself, after its own, and two such tasks then waited
+      // for each other forever). A wait gives up after 5 s, so that a regression fails instead of hanging.
+      int timed_out = 0;
+      for (int job = 0; job < 200; ++job) {
+        std::this_thread::sleep_for(std::chrono::microseconds(job % 2 ? 400 : 0));  // workers asleep or spinning
+        std::atomic<std::size_t> arrived{0};
+        std::vector<std::atomic<int>> slot_tasks(threads);
+        pool.run_together([&](std::size_t task, std::size_t slot) {
+          slot_tasks[slot].fetch_add(1);
+          if (task == 0) return;
+          arrived.fetch_add(1);
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+          while (arrived.load() < threads - 1)
+            if (std::chrono::steady_clock::now() > deadline) return void(++timed_out);
+        });
+        for (auto& t : slot_tasks) REQUIRE(t.load() == 1);
+      }
+      CHECK(timed_out == 0);
+    }
+}
+
+TEST_CASE("a pool reached again through another pool's task on the same thread refuses the call, and spin is checked",
+          "[kernels]") {
+  ThreadPool a(2), b(2);
+  // a's task 0 runs on this thread, calls b, whose task 0 runs here too and calls a: a's caller mutex is held
+  // by this very thread (locking it again is undefined; it hung).
+  std::atomic<int> ran{0};
+  CHECK_THROWS_WITH(a.parallel_for(2,
+                                   [&](std::size_t task, std::size_t) {
+                                     if (task == 0)
+                                       b.parallel_for(2, [&](std::size_t inner, std::size_t) {
+                                         if (inner == 0) a.parallel_for(2, [&](std::size_t, std::size_t) { ++ran; });
+                                       });
+                                   }),
+                    Catch::Contains("a task of its own called parallel_for or run_together"));
+  CHECK(ran == 0);
+  a.parallel_for(2, [&](std::size_t, std::size_t) { ++ran; });  // both pools still work
+  b.parallel_for(2, [&](std::size_t, std::size_t) { ++ran; });
+  CHECK(ran == 4);
+  CHECK_THROWS_WITH(ThreadPool(2, std::chrono::microseconds(-1)), "thread pool spin must be in 0 us..1 s, got -1 us");
+  CHECK_THROWS_WITH(ThreadPool(2, std::chrono::hours(1)), "thread pool spin must be in 0 us..1 s, got 3600000000 us");
+}
+
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
 #define SPECDEC_TEST_SANITIZED 1

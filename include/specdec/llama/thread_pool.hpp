@@ -183,42 +183,54 @@ class Signal {
   std::atomic<std::uint32_t> word_{0};
 };
 
-/// The pool whose task this thread is running, if any (ThreadPool::parallel_for refuses a call from inside one
-/// of its own tasks).
-inline thread_local const void* running_task_pool = nullptr;
+/// The pools whose tasks this thread is running, innermost first: a task of pool B called from a task of pool A
+/// on the same thread (B's caller runs B's task 0) links to A's. ThreadPool::parallel_for refuses a call from
+/// inside a task of its own pool anywhere in the chain: that call would wait for the job it is part of (and lock
+/// the pool's caller mutex a second time on this thread).
+struct RunningTask {
+  const void* pool;
+  const RunningTask* outer;
+};
+inline thread_local const RunningTask* running_task = nullptr;
+
+/// What StepBarrier::wait throws after StepBarrier::abort() (declared here so that ThreadPool knows it).
+struct StepBarrierAborted {};
 
 }  // namespace detail
 
-/// A fixed set of threads that run one job at a time. parallel_for(tasks, fn) calls fn(task, slot) once for
-/// every task. The first tasks go one to each thread: task 0 to the caller, task k to the k-th worker to join
-/// the job (so a job of `threads` tasks, a matmul's, hands nothing over but the job itself); the rest are
-/// claimed one by one from a shared counter. A worker that the OS has descheduled (other processes on the
-/// machine) never holds the caller up: a worker joins a job only while it is open, and the caller closes it as
-/// soon as every task is claimed, runs the first tasks of threads that did not join, then waits only for the
-/// workers that did. threads = 1 creates no threads and runs tasks inline, in order. A task that throws
-/// (std::bad_alloc when a scratch buffer grows) ends the job: tasks not yet claimed are skipped, and the caller
-/// rethrows the first exception once every thread has left the job, so the pool stays usable. One pool may serve
-/// several models (a target and its draft, a model and its copies). Calls from several threads take turns: one
-/// job runs at a time and the other callers wait for it, so models that share a pool may be used on two threads,
-/// though not faster than one after the other. A call from inside one of the pool's own tasks throws
-/// specdec::Error: it would wait for itself. (A cycle through another pool, a task of this pool calling one whose
-/// task calls this one, is not detected: it waits forever.) Every task runs under the caller's floating-point
-/// controls (rounding; on x86 also flush-to-zero, denormals-are-zero and the exception masks), whichever thread
-/// runs it.
+/// A fixed set of threads that run one job at a time. parallel_for(tasks, fn) calls fn(task, slot) once for every
+/// task. The first tasks go one to each thread: task 0 to the caller, task k to the k-th worker to join the job (so
+/// a job of `threads` tasks, a matmul's, hands nothing over but the job itself); the rest are claimed one by one
+/// from a shared counter. A worker that the OS has descheduled (other processes on the machine) never holds the
+/// caller up: a worker joins a job only while it is open, and the caller closes it as soon as every task is
+/// claimed, runs the first tasks of threads that did not join, then waits only for the workers that did. threads =
+/// 1 creates no threads and runs tasks inline, in order. A task that throws (std::bad_alloc when a scratch buffer
+/// grows) ends the job: tasks not yet claimed are skipped, and the caller rethrows the first exception (but a
+/// StepBarrier::Aborted gives way to any other) once every thread has left the job, so the pool stays usable. One
+/// pool may serve several models (a target and its draft, a model and its copies). Calls from several threads take
+/// turns: one job runs at a time and the other callers wait for it, so models that share a pool may be used on two
+/// threads, though not faster than one after the other. A call from inside one of the pool's own tasks throws
+/// specdec::Error: it would wait for itself, and so does one that reaches this pool again through another pool's
+/// task on the same thread. (A cycle through another pool's worker thread, a task of this pool calling one whose
+/// task on a worker calls this one, is not detected: it waits forever.) Every task runs under the caller's
+/// floating-point controls (rounding; on x86 also flush-to-zero, denormals-are-zero and the exception masks),
+/// whichever thread runs it.
 ///
 ///   ThreadPool pool(2);
 ///   pool.parallel_for(blocks, [&](std::size_t block, std::size_t slot) { work(block, scratch[slot]); });
 class ThreadPool {
  public:
-  /// requires: threads >= 1, recheck >= 1 ms. `spin` is how long an idle thread polls before it blocks;
-  /// `recheck`, how often a blocked thread looks again by itself on 64-bit Linux (see detail::Signal): an idle
-  /// pool's thread wakes that often, and a lost wake, were there one, would cost a job that much.
+  /// requires: threads >= 1, 0 <= spin <= 1 s, recheck >= 1 ms. `spin` is how long an idle thread polls before
+  /// it blocks; `recheck`, how often a blocked thread looks again by itself on 64-bit Linux (see detail::Signal):
+  /// an idle pool's thread wakes that often, and a lost wake, were there one, would cost a job that much.
   explicit ThreadPool(std::size_t threads = 1, std::chrono::microseconds spin = std::chrono::microseconds(300),
                       std::chrono::milliseconds recheck = std::chrono::milliseconds(100))
       : count_(threads), spin_(spin), recheck_(recheck) {
     if (threads == 0) specdec::detail::fail("thread pool needs at least 1 thread, got 0");
     if (threads > active_mask) specdec::detail::fail("thread pool supports at most ", active_mask, " threads, got ", threads);
     if (recheck.count() < 1) specdec::detail::fail("thread pool recheck must be at least 1 ms, got ", recheck.count(), " ms");
+    if (spin.count() < 0 || spin > std::chrono::seconds(1))
+      specdec::detail::fail("thread pool spin must be in 0 us..1 s, got ", spin.count(), " us");
     workers_.reserve(threads - 1);
     try {
       for (std::size_t i = 1; i < threads; ++i) workers_.emplace_back([this, i] { work(i); });
@@ -245,12 +257,13 @@ class ThreadPool {
   std::uint64_t wakes() const { return wakes_.load(std::memory_order_relaxed); }
 
   /// Calls fn(task, slot) once for each task in [0, threads()), each on its own thread and all at the same
-  /// time (task 0 on the caller), so that the tasks may wait for each other (StepBarrier): a job that the
-  /// caller cannot close before its own task returns, and that every worker therefore joins. A task that
-  /// throws must first release the others (StepBarrier::abort), or they wait for it forever.
+  /// time (task 0 on the caller), so that the tasks may wait for each other (StepBarrier): the caller does not
+  /// run a late worker's task itself, as parallel_for does, but waits for every worker to join, even after its
+  /// own task returned. A task that throws must first release the others (StepBarrier::abort), or they wait for
+  /// it forever; the caller then rethrows its exception, not the StepBarrier::Aborted of the tasks it released.
   template <class Fn>
   void run_together(Fn&& fn) {
-    parallel_for(count_, std::forward<Fn>(fn));
+    run_job(count_, std::forward<Fn>(fn), true);
   }
 
   /// Calls fn(task, slot) once for each task in [0, tasks) and returns when all have returned. `slot`
@@ -258,13 +271,21 @@ class ThreadPool {
   /// exception is rethrown here after the job ends; some other tasks may then not have run.
   template <class Fn>
   void parallel_for(std::size_t tasks, Fn&& fn) {
+    run_job(tasks, std::forward<Fn>(fn), false);
+  }
+
+ private:
+  /// parallel_for, or with `together` run_together.
+  template <class Fn>
+  void run_job(std::size_t tasks, Fn&& fn, bool together) {
     if (count_ == 1 || tasks <= 1) {
       for (std::size_t t = 0; t < tasks; ++t) fn(t, std::size_t{0});
       return;
     }
-    if (detail::running_task_pool == this)
-      specdec::detail::fail("thread pool: a task of its own called parallel_for or run_together, which would wait for ",
-                            "the job it is part of");
+    for (const detail::RunningTask* running = detail::running_task; running; running = running->outer)
+      if (running->pool == this)
+        specdec::detail::fail("thread pool: a task of its own called parallel_for or run_together, which would wait ",
+                              "for the job it is part of");
     const std::lock_guard turn(caller_);  // one job at a time; other callers wait here
     using F = std::remove_reference_t<Fn>;
     job_.run = [](void* context, std::size_t task, std::size_t slot) { (*static_cast<F*>(context))(task, slot); };
@@ -278,6 +299,10 @@ class ThreadPool {
     if (job_.generation.advance()) wakes_.fetch_add(1, std::memory_order_relaxed);
     run_task(0, 0);
     claim_tasks(0);
+    // Tasks run together need a thread each: wait for the workers that have not joined (after a task 0 that
+    // waits for the others at a StepBarrier, all have).
+    if (together)
+      while (joined(job_.ticket.load(std::memory_order_acquire)) + 1 < job_.assigned) std::this_thread::yield();
     // Every task is claimed: close the job (no more joins), run the assigned tasks of threads that did not join
     // (descheduled, say), and wait for the workers that did.
     const std::uint64_t ticket = job_.ticket.fetch_or(closed_bit, std::memory_order_acq_rel);
@@ -287,11 +312,11 @@ class ThreadPool {
                                recheck_);
     if (failed_.load(std::memory_order_acquire)) {
       failed_.store(false, std::memory_order_relaxed);
+      error_is_abort_ = false;
       std::rethrow_exception(std::exchange(error_, nullptr));
     }
   }
 
- private:
   void stop_workers() {
     stop_.store(true, std::memory_order_release);
     job_.generation.advance();
@@ -314,14 +339,29 @@ class ThreadPool {
   /// Runs task t unless a task of the job has thrown; records the first exception and ends the job.
   void run_task(std::size_t t, std::size_t slot) {
     if (failed_.load(std::memory_order_relaxed)) return;
-    const void* outer = std::exchange(detail::running_task_pool, this);
+    const detail::RunningTask running{this, detail::running_task};
+    detail::running_task = &running;
     try {
       job_.run(job_.context, t, slot);
+    } catch (const detail::StepBarrierAborted&) {
+      fail_job(std::current_exception(), true);
     } catch (...) {
-      next_.store(job_.tasks, std::memory_order_relaxed);  // skip the rest; the caller rethrows
-      if (!failed_.exchange(true, std::memory_order_acq_rel)) error_ = std::current_exception();
+      fail_job(std::current_exception(), false);
     }
-    detail::running_task_pool = outer;
+    detail::running_task = running.outer;
+  }
+
+  /// Ends the job with `error`: tasks not yet claimed are skipped and the caller rethrows the job's error. That
+  /// is the first exception, but a StepBarrier::Aborted gives way to any other: a task that fails aborts the
+  /// barrier before it throws, so the tasks it releases may get there first with only the news of its failure.
+  void fail_job(std::exception_ptr error, bool released_by_abort) {
+    next_.store(job_.tasks, std::memory_order_relaxed);
+    const std::lock_guard lock(error_mutex_);  // the exceptional path only
+    if (!error_ || (error_is_abort_ && !released_by_abort)) {
+      error_ = std::move(error);
+      error_is_abort_ = released_by_abort;
+    }
+    failed_.store(true, std::memory_order_release);
   }
 
   void claim_tasks(std::size_t slot) {
@@ -369,8 +409,10 @@ class ThreadPool {
   Job job_;
   alignas(64) std::atomic<std::size_t> next_{0};  // next unclaimed task of the current job, past the assigned ones
   std::atomic<bool> stop_{false};
-  std::atomic<bool> failed_{false};   // a task of the current job threw; error_ holds the first exception
+  std::atomic<bool> failed_{false};   // a task of the current job threw; error_ holds the exception to rethrow
+  std::mutex error_mutex_;            // guards error_ and error_is_abort_ while tasks fail
   std::exception_ptr error_;
+  bool error_is_abort_ = false;       // error_ is a StepBarrier::Aborted
   std::mutex caller_;  // held by the caller of the job that runs; callers on other threads wait for it
 };
 
@@ -431,7 +473,7 @@ class ReadAhead {
 ///   pool.run_together([&](std::size_t task, std::size_t) { step_one(task); barrier.wait(task); step_two(task); });
 class StepBarrier {
  public:
-  struct Aborted {};
+  using Aborted = detail::StepBarrierAborted;
 
   /// requires: tasks >= 1, the number of tasks of the job.
   explicit StepBarrier(std::size_t tasks) : tasks_(tasks), passed_(std::make_unique<Count[]>(tasks)) {}
