@@ -298,6 +298,7 @@ class Tokenizer {
       if (!l || !r || !m)
         specdec::detail::fail("tokenizer merge ", rank, " \"", rule, "\" (tokenizer.ggml.merges): \"",
                               !l ? left : !r ? right : std::string_view(joined), "\" is not a token");
+      // A rule listed twice keeps its first rank, as in llama.cpp (Hugging Face's tokenizers keeps the last).
       merges_.insert(*l, *r, {static_cast<std::int32_t>(rank), *m});
     }
   }
