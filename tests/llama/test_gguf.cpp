@@ -250,19 +250,28 @@ namespace {
 const std::array<float, 8> k_sc = {1, 2, 3, 4, 17, 33, 50, 63};
 const std::array<float, 8> k_mn = {0, 5, 10, 63, 16, 1, 34, 7};
 std::vector<std::byte> k_scales() { return bytes_of({0x41, 0x82, 0xC3, 0xC4, 0x40, 0x05, 0x8A, 0x3F, 0x01, 0x11, 0x22, 0x7F}); }
+/// Quant bytes that differ at every index (i * 73 + 29 is a bijection mod 256), so that a dequantiser reading
+/// the right bits of the wrong byte fails.
+std::vector<std::uint8_t> distinct_bytes(int count) {
+  std::vector<std::uint8_t> q(static_cast<std::size_t>(count));
+  for (int i = 0; i < count; ++i) q[static_cast<std::size_t>(i)] = std::uint8_t((i * 73 + 29) % 256);
+  return q;
+}
 }  // namespace
 
 TEST_CASE("q4_k block: chunk c uses sub-blocks 2c and 2c+1, y = d*sc*q - dmin*mn", "[gguf]") {
   auto block = bytes_of({0x00, 0x38, 0x00, 0x34});  // d = 0.5, dmin = 0.25
   const auto scales = k_scales();
   block.insert(block.end(), scales.begin(), scales.end());
-  for (int i = 0; i < 128; ++i) block.push_back(std::byte(std::uint8_t((i % 16) | ((15 - i % 16) << 4))));
+  const auto qs = distinct_bytes(128);
+  for (const std::uint8_t q : qs) block.push_back(std::byte{q});
   const auto y = dequantize_block(TensorType::Q4_K, block);
   for (int c = 0; c < 4; ++c) {
     for (int l = 0; l < 32; ++l) {
       INFO("chunk " << c << " l " << l);
-      CHECK(y[64 * c + l] == 0.5f * k_sc[2 * c] * float(l % 16) - 0.25f * k_mn[2 * c]);
-      CHECK(y[64 * c + 32 + l] == 0.5f * k_sc[2 * c + 1] * float(15 - l % 16) - 0.25f * k_mn[2 * c + 1]);
+      const std::uint8_t q = qs[static_cast<std::size_t>(32 * c + l)];  // low nibble: element l, high: 32 + l
+      CHECK(y[64 * c + l] == 0.5f * k_sc[2 * c] * float(q & 15) - 0.25f * k_mn[2 * c]);
+      CHECK(y[64 * c + 32 + l] == 0.5f * k_sc[2 * c + 1] * float(q >> 4) - 0.25f * k_mn[2 * c + 1]);
     }
   }
 }
@@ -272,28 +281,34 @@ TEST_CASE("q5_k block: bit 2c of qh[l] extends the low nibble, bit 2c+1 the high
   const auto scales = k_scales();
   block.insert(block.end(), scales.begin(), scales.end());
   for (int l = 0; l < 32; ++l) block.push_back(std::byte(std::uint8_t(1u << (l % 8))));  // qh
-  for (int i = 0; i < 128; ++i) block.push_back(std::byte(std::uint8_t((i % 16) | ((15 - i % 16) << 4))));
+  const auto qs = distinct_bytes(128);
+  for (const std::uint8_t q : qs) block.push_back(std::byte{q});
   const auto y = dequantize_block(TensorType::Q5_K, block);
   for (int c = 0; c < 4; ++c) {
     for (int l = 0; l < 32; ++l) {
       INFO("chunk " << c << " l " << l);
-      const float lo = float(l % 16 + (l % 8 == 2 * c ? 16 : 0));
-      const float hi = float(15 - l % 16 + (l % 8 == 2 * c + 1 ? 16 : 0));
+      const std::uint8_t q = qs[static_cast<std::size_t>(32 * c + l)];
+      const float lo = float((q & 15) + (l % 8 == 2 * c ? 16 : 0));
+      const float hi = float((q >> 4) + (l % 8 == 2 * c + 1 ? 16 : 0));
       CHECK(y[64 * c + l] == 0.5f * k_sc[2 * c] * lo - 0.25f * k_mn[2 * c]);
       CHECK(y[64 * c + 32 + l] == 0.5f * k_sc[2 * c + 1] * hi - 0.25f * k_mn[2 * c + 1]);
     }
   }
 }
 
-TEST_CASE("q2_k block: group e/16 scales the 2-bit quant at shift 2*((e%128)/32)", "[gguf]") {
+TEST_CASE("q2_k block: group e/16 scales the 2-bit quant of byte 32*(e/128)+e%32 at shift 2*((e%128)/32)",
+          "[gguf]") {
   std::vector<std::byte> block;
   for (int g = 0; g < 16; ++g) block.push_back(std::byte(std::uint8_t((g % 7 + 1) | ((g % 3) << 4))));
-  for (int i = 0; i < 64; ++i) block.push_back(std::byte{0xE4});  // quants 0, 1, 2, 3 at shifts 0, 2, 4, 6
-  const auto tail = bytes_of({0x00, 0x38, 0x00, 0x34});             // d = 0.5, dmin = 0.25
+  const auto qs = distinct_bytes(64);  // element e: byte 32 * (e / 128) + e % 32, at shift 2 * ((e % 128) / 32)
+  for (const std::uint8_t q : qs) block.push_back(std::byte{q});
+  const auto tail = bytes_of({0x00, 0x38, 0x00, 0x34});  // d = 0.5, dmin = 0.25
   block.insert(block.end(), tail.begin(), tail.end());
   const auto y = dequantize_block(TensorType::Q2_K, block);
   for (int e = 0; e < 256; ++e) {
-    const int g = e / 16, q = (e % 128) / 32;
+    const int g = e / 16;
+    const int q = (qs[static_cast<std::size_t>(32 * (e / 128) + e % 32)] >> (2 * ((e % 128) / 32))) & 3;
+    INFO("element " << e);
     CHECK(y[e] == 0.5f * float(g % 7 + 1) * float(q) - 0.25f * float(g % 3));
   }
 }
@@ -301,7 +316,8 @@ TEST_CASE("q2_k block: group e/16 scales the 2-bit quant at shift 2*((e%128)/32)
 TEST_CASE("q3_k block: 6-bit scales minus 32, quant minus 4 unless its hmask bit is set", "[gguf]") {
   std::vector<std::byte> block;
   for (int i = 0; i < 32; ++i) block.push_back(std::byte(std::uint8_t(i < 16 ? 0x0F : 0xF0)));  // hmask
-  for (int i = 0; i < 64; ++i) block.push_back(std::byte{0xE4});  // quants 0..3 by shift
+  const auto qs = distinct_bytes(64);  // element e: byte 32 * (e / 128) + e % 32, at shift 2 * ((e % 128) / 32)
+  for (const std::uint8_t q : qs) block.push_back(std::byte{q});
   // Stored scales 24 + k (k = 0..15): low nibbles (8+k) | k << 4 in bytes 0-7, high bits 1,1,2,2 -> 0xA5.
   for (int k = 0; k < 8; ++k) block.push_back(std::byte(std::uint8_t((8 + k) | (k << 4))));
   for (int i = 0; i < 4; ++i) block.push_back(std::byte{0xA5});
@@ -311,8 +327,9 @@ TEST_CASE("q3_k block: 6-bit scales minus 32, quant minus 4 unless its hmask bit
   for (int e = 0; e < 256; ++e) {
     const int half = e / 128, shift_index = (e % 128) / 32, bit = 4 * half + shift_index;
     const bool set = (e % 32 < 16) ? bit < 4 : bit >= 4;
+    const int q = (qs[static_cast<std::size_t>(32 * half + e % 32)] >> (2 * shift_index)) & 3;
     INFO("element " << e);
-    CHECK(y[e] == 0.5f * float(e / 16 - 8) * float(shift_index - (set ? 0 : 4)));
+    CHECK(y[e] == 0.5f * float(e / 16 - 8) * float(q - (set ? 0 : 4)));
   }
 }
 

@@ -1,8 +1,8 @@
 // Tests of the SmolLM2 byte-level BPE tokenizer: golden ids from an independent implementation (Hugging Face
 // tokenizers, see scripts/make-tokenizer-golden), round trips, special tokens, chat format, streaming, errors.
-#include <algorithm>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
