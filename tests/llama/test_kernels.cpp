@@ -367,7 +367,7 @@ TEST_CASE("a failing task's own exception reaches run_together's caller, and eve
       // Task 0 returns at once and the others wait for each other, not for it: each still needs a thread of its
       // own (the caller used to run a late worker's task itself, after its own, and two such tasks then waited
       // for each other forever). A wait gives up after 5 s, so that a regression fails instead of hanging.
-      int timed_out = 0;
+      std::atomic<int> timed_out{0};  // written by the tasks that give up
       for (int job = 0; job < 200; ++job) {
         std::this_thread::sleep_for(std::chrono::microseconds(job % 2 ? 400 : 0));  // workers asleep or spinning
         std::atomic<std::size_t> arrived{0};
@@ -378,11 +378,11 @@ TEST_CASE("a failing task's own exception reaches run_together's caller, and eve
           arrived.fetch_add(1);
           const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
           while (arrived.load() < threads - 1)
-            if (std::chrono::steady_clock::now() > deadline) return void(++timed_out);
+            if (std::chrono::steady_clock::now() > deadline) return void(timed_out.fetch_add(1));
         });
         for (auto& t : slot_tasks) REQUIRE(t.load() == 1);
       }
-      CHECK(timed_out == 0);
+      CHECK(timed_out.load() == 0);
     }
 }
 
