@@ -296,6 +296,18 @@ TEST_CASE("bpe merges the lowest-ranked pair first and the leftmost one on a tie
   v.types = {1, 1, 1, 1, 1};
   v.merges = {"a b", "b c", "a b"};
   CHECK(Tokenizer(std::move(v)).encode("abc") == std::vector<Token>{3, 2});
+
+  // A single character whose token is not of type normal still takes part in the merges when special tokens are
+  // not parsed, as in llama.cpp, which looks tokens up by their text: "a" is a control token here.
+  Tokenizer::Vocabulary c;
+  c.tokens = {"a", "b", "ab"};
+  c.types = {3, 1, 1};
+  c.merges = {"a b"};
+  const Tokenizer control(std::move(c));
+  CHECK(control.encode("ab", false) == std::vector<Token>{2});
+  CHECK(control.encode("ba", false) == std::vector<Token>{1, 0});
+  CHECK(control.encode("ab") == std::vector<Token>{0, 1});  // parsed as the special token first
+  CHECK(control.first_dropped_byte("ab", false) == std::nullopt);
 }
 
 TEST_CASE("tokenizer errors name the bad value and what was expected", "[tokenizer]") {

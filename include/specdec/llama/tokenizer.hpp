@@ -273,8 +273,9 @@ class Tokenizer {
     for (int b = 0; b < 256; ++b) {
       std::string character;
       detail::append_utf8(character, detail::byte_to_codepoint[b]);
-      if (const auto id = find(character); id && types_[*id] == static_cast<std::int32_t>(TokenType::normal))
-        byte_tokens_[b] = *id;
+      // Whatever the token's type, as llama.cpp looks tokens up by text alone: a control token "a" still starts
+      // the merges of "ab" when special tokens are not parsed.
+      if (const auto id = find(character)) byte_tokens_[b] = *id;
     }
   }
 
