@@ -503,6 +503,19 @@ void BM_Plain(benchmark::State& state, const std::string& kind, const std::strin
   state.counters["task_tokens_mean"] = std::accumulate(lengths.begin(), lengths.end(), 0.0) / lengths.size();
   state.counters["repeated_4grams_mean"] = std::accumulate(repeats.begin(), repeats.end(), 0.0) / repeats.size();
   state.counters["repeated_4grams_max"] = *std::max_element(repeats.begin(), repeats.end());
+  // The context the decoding forwards actually saw, averaged over the new tokens (a task of prompt P and L new
+  // tokens contributes P + i for i = 0..L-1), beside the cost context (mean prompt + half the token limit) at
+  // which BM_Cost and the cost samples time the forwards: attention's share of a forward grows with it.
+  double token_contexts = 0.0, new_tokens = 0.0;
+  std::size_t output_index = 0;
+  for (const auto& task : bench.tasks) {
+    if (task.kind != kind || output_index >= totals.outputs.size()) continue;
+    const auto length = static_cast<double>(totals.outputs[output_index++].size());
+    token_contexts += length * static_cast<double>(task.prompt.size()) + length * (length - 1.0) / 2.0;
+    new_tokens += length;
+  }
+  state.counters["mean_decoding_context"] = new_tokens > 0 ? token_contexts / new_tokens : 0.0;
+  state.counters["cost_context"] = static_cast<double>(bench.cost_context.at(kind));
   state.SetItemsProcessed(static_cast<std::int64_t>(totals.tokens));
 }
 
@@ -663,6 +676,9 @@ void BM_Interleaved(benchmark::State& state, const std::string& kind, const std:
         // texts whose acceptance ranged from 0.2 to 0.8 between k = 1 and the adaptive run). So each task is
         // decoded with several seeds, and the speedups compare means over texts.
         const std::size_t passes = mode == "sampled" ? sampled_seeds() : 1;
+        const auto kind_tasks = static_cast<std::size_t>(
+            std::count_if(bench.tasks.begin(), bench.tasks.end(), [&](const Task& t) { return t.kind == kind; }));
+        const std::size_t decodes = passes * kind_tasks;  // of each configuration
         std::size_t task_index = 0;
         for (std::size_t pass = 0; pass < passes; ++pass) {
           std::uint64_t seed = 1000 * pass;
@@ -673,11 +689,14 @@ void BM_Interleaved(benchmark::State& state, const std::string& kind, const std:
                                     .stop_tokens = bench.tokenizer.stop_tokens(),
                                     .seed = mode == "sampled" ? seed : 0};
             // The runs of a task in a rotating order (adaptive, each fixed k, plain), so that no configuration
-            // always runs first or last.
+            // always runs first or last. The rotation steps by runs / decodes a task, so that over the decodes
+            // each configuration takes every place in the order about equally often (stepping by one, with 6
+            // tasks and 10 configurations, plain decoding never ran first or second).
             const std::size_t runs = ks.size() + 2;
+            const std::size_t offset = task_index * runs / decodes;
             std::vector<Generation> results(runs);
             for (std::size_t i = 0; i < runs; ++i) {
-              const std::size_t run = (i + task_index) % runs;
+              const std::size_t run = (i + offset) % runs;
               reset();
               if (run == 0) {
                 results[run] = adaptive_decoder.generate(task.prompt, options);
@@ -857,6 +876,27 @@ void check_known(const std::vector<std::string>& items, const std::vector<std::s
     }
 }
 
+/// The first CPU's "model name", "cpu family" and "model" from /proc/cpuinfo, as cpu_model, cpu_family and
+/// cpu_model_number; those it cannot read are left out (other systems have no /proc/cpuinfo).
+std::vector<std::pair<std::string, std::string>> cpu_identity() {
+  const std::pair<std::string, std::string> fields[] = {
+      {"model name", "cpu_model"}, {"cpu family", "cpu_family"}, {"model", "cpu_model_number"}};
+  std::vector<std::pair<std::string, std::string>> found;
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line) && found.size() < std::size(fields);) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, colon);
+    key.erase(key.find_last_not_of(" \t") + 1);
+    std::string value = line.substr(colon + 1);
+    value.erase(0, value.find_first_not_of(" \t"));
+    for (const auto& [name, label] : fields)
+      if (key == name && std::none_of(found.begin(), found.end(), [&](const auto& f) { return f.first == label; }))
+        found.emplace_back(label, value);
+  }
+  return found;
+}
+
 /// Registers everything in the order it must run: costs, then per kind and mode the plain baseline first.
 int register_benchmarks() {
   (void)sampled_seeds(), (void)default_repeats();  // a bad count ends the run now, not after the baselines
@@ -961,6 +1001,9 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("specdec_threads", std::to_string(target.pool()->threads()));
     benchmark::AddCustomContext("specdec_format", std::string(llama::to_string(target.format())));
     benchmark::AddCustomContext("specdec_kv_format", llama::to_string(target.kv_format()));
+    // The CPU that ran the benchmark, for the report (scripts/make-report may run elsewhere, later): "AMD EPYC"
+    // alone does not tell a Zen 4 (family 25) from a Zen 5 (family 26).
+    for (const auto& [key, value] : cpu_identity()) benchmark::AddCustomContext(key, value);
     if (benchmark::RunSpecifiedBenchmarks() == 0) {
       std::fprintf(stderr, "bench_e2e: no benchmark matches the filter\n");
       return 2;

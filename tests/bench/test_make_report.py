@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """scripts/make-report on a small bench_e2e output (tests/data/bench_e2e_small.json: a real run, one task kind,
 16 tokens a task, 2026-12-06), and on variants of it: the report is written, every table's rows have its header's
-cell count, every speculative run gets a row, and nothing is cut off (cost widths, acceptance positions).
+cell count, every speculative run gets a row, nothing is cut off (cost widths, acceptance positions), and with
+counters set by hand every derived figure has its one right value (errors against the cost model and their
+summary, the noise of one run, the adaptive goal's cells, the recorded CPU).
 
 usage: test_make_report.py MAKE_REPORT FIXTURE
 Prints one line per check and a closing 'N passed, N failed' line; exits non-zero on any failure.
@@ -97,6 +99,49 @@ if (out := report(wide, "wide")) is not None:
     text, data = out
     check("wide: the cost table shows t_v(24)", "t_v(24)/t_AR" in text)
     check("wide: the acceptance data reaches draft position 20", re.search(r"^20 0\.5$", data, re.M) is not None)
+
+# Known numbers: counters set by hand, so that each figure the report derives has one right value.
+known = copy.deepcopy(base)
+known["context"].update(cpu_model="Test CPU", cpu_family="99", cpu_model_number="7")
+by_name = {b["name"].split("/iterations")[0]: b for b in known["benchmarks"]}
+# Fixed-k runs: measured / cost model - 1 = +5%, -20%, none (NaN), +2%, -3%, -12%.
+for name, speedup, model in [("chat/greedy/ngram/k1", 1.05, 1.0), ("chat/greedy/ngram/k2", 0.80, 1.0),
+                             ("chat/greedy/early-exit:6/k1", 1.0, float("nan")), ("chat/sampled/ngram/k1", 1.02, 1.0),
+                             ("chat/sampled/ngram/k2", 0.97, 1.0), ("chat/sampled/early-exit:6/k1", 0.88, 1.0)]:
+    by_name["BM_E2E/" + name].update(speedup=speedup, predicted=model)
+# Three runs that hardly drafted: their speedups are the noise of one run.
+for name, speedup in [("chat/greedy/ngram/adaptive", 0.95), ("chat/greedy/early-exit:6/adaptive", 1.00),
+                      ("chat/sampled/early-exit:6/adaptive", 1.05)]:
+    by_name["BM_E2E/" + name].update(speedup=speedup, verify_width=1.01)
+# The adaptive goal: 0.96 of the best fixed k (met), 0.92 (missed); no fixed k beats plain: 0.98x (met), 0.96x (missed).
+for name, fixed, adaptive in [("chat/greedy/ngram", {1: 1.20, 2: 1.00}, 1.152), ("chat/sampled/ngram", {1: 1.20, 2: 1.00}, 1.104),
+                              ("chat/greedy/early-exit:6", {1: 0.66}, 0.98), ("chat/sampled/early-exit:6", {1: 0.55}, 0.96)]:
+    row = by_name["BM_Interleaved/" + name]
+    row.update({f"speedup_k{k}": v for k, v in fixed.items()}, speedup_adaptive=adaptive, best_k=1.0)
+by_name["BM_E2E/chat/greedy/plain"].update(mean_decoding_context=300.4, cost_context=310.0)
+if (out := report(known, "known")) is not None:
+    text, _ = out
+    check("known: the machine line names the recorded CPU", "Machine: Test CPU (CPU family 99, model 7), " in text,
+          text.splitlines()[2][:120])
+    check("known: a row's measured speedup, cost model and error", re.search(
+        r"^\| chat \| greedy \| ngram \| 1 \|.*\| 1\.05x \| 1\.00x \| \+5% \|", text, re.M) is not None)
+    check("known: a run without a cost model value shows n/a", re.search(
+        r"^\| chat \| greedy \| early-exit:6 \| 1 \|.*\| n/a \|", text, re.M) is not None)
+    summary = next((line for line in text.splitlines() if line.startswith("Fixed-k runs against the cost model")), "")
+    for part in ["3 of 6 within 10%", "largest gap 20%", "mean signed gap -5.6%", "3 runs below the model and 2 above",
+                 "1 without a usable model value", "read 0.95-1.05x", "standard deviation 5.0%"]:
+        check(f"known: the summary says '{part}'", part in summary, summary)
+    for name, cells in [("greedy | ngram", "k = 1, 1.20x | 1.15x | 0.96 | yes |"),
+                        ("sampled | ngram", "k = 1, 1.20x | 1.10x | 0.92 | no |"),
+                        ("greedy | early-exit:6", "| 0.98x | 1.48 | yes (vs plain) |"),
+                        ("sampled | early-exit:6", "| 0.96x | 1.75 | no (vs plain) |")]:
+        check(f"known: the adaptive goal of chat {name}", re.search(
+            r"^\| chat \| " + re.escape(name) + r" \|.*" + re.escape(cells), text, re.M) is not None, cells)
+    check("known: goals met in 2 of 4", "Goal met in 2 of 4 draft" in text)
+    check("known: the plain table's decoding context", "| 300 (cost context 310) |" in text)
+unnamed = copy.deepcopy(base)
+if (out := report(unnamed, "no cpu recorded")) is not None:
+    check("no cpu recorded: the machine line says so", "the results do not name their CPU" in out[0], out[0][:300])
 
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
