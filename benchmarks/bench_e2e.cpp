@@ -1,15 +1,18 @@
 // End-to-end benchmarks on SmolLM2: plain vs speculative decoding over the task set in benchmarks/tasks/,
 // for each draft and draft length, greedy and sampled, plus the cost model's measurements.
 //
-//   BM_Cost/<kind>/target/w<w>   t_v(w): one target forward of w positions at the kind's mean decoding context
-//                                (mean prompt + half the token limit); all widths are sampled in turn, so that
-//                                their ratios do not absorb the machine's drift between them
+//   BM_Cost/<kind>/target/w<w>   t_v(w): one target forward of w positions at the kind's cost context (mean
+//                                prompt + half the token limit; BM_Plain's mean_decoding_context is the context
+//                                the decoding forwards saw); all widths are sampled in turn, so that their
+//                                ratios do not absorb the machine's drift between them
 //   BM_Cost/<kind>/draft/<draft> t_d: one draft step at that context; counter catch_up_seconds, t_u: one
 //                                catch-up call of one token (through the draft's append() where it has one)
 //   BM_Cost/clock/start, /end    the core clock (GHz) before and after all runs: how far the machine drifted
 //   BM_Stages/<kind>             where a target forward of w positions spends its time at that context, by stage
 //                                (weight products of the blocks, attention, output head, the rest), w = 1..k+1
-//   BM_E2E/<kind>/<mode>/plain   plain decoding of every task of a kind (the baseline; runs first)
+//   BM_E2E/<kind>/<mode>/plain   plain decoding of every task of a kind (the baseline; runs first); counters
+//                                tokens_per_second, task_tokens_{min,mean,max}, repeated_4grams_{mean,max},
+//                                mean_decoding_context and cost_context
 //   BM_E2E/<kind>/<mode>/<draft>/k<k> and .../adaptive
 //
 // Counters of an E2E run: tokens_per_second, alpha (acceptance), tau (tokens per round), acc<i> (acceptance
