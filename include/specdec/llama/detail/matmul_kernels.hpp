@@ -107,11 +107,26 @@ inline bool amd_zen4() { return amd_family(25) && cpu_family().avx512f; }
 /// change. Read by every call: a program may change it between forwards (for measuring).
 inline bool requests_into_l2 = !amd_family(26);
 
-/// Whether this build's kernels ask for the weights' next lines into L2 on this CPU: requests_into_l2 where the
-/// vector kernels (AVX-512, AVX2) are built; the portable kernels ask for nothing.
-inline bool asks_into_l2() {
+/// Whether a thread that waits at one of run_blocks_together's barriers asks, into L2, for the weights it reads
+/// first in the next step (ReadAhead; see transformer.hpp), wherever the vector kernels (AVX-512, AVX2) are built,
+/// whatever hint the kernels use themselves (requests_into_l2); the portable build asks for nothing. Until
+/// 2026-12-07 only where requests_into_l2 held, so not on the Zen 5, where it had not been measured. On the Zen 5
+/// of 2026-12-07 (family 26, model 2; 2 threads, context 256, rounds of 15 forwards of each variant in turn,
+/// medians; rounds sorted by a cache line's round trip into the two placements of the vCPUs), asking against not
+/// asking: quantized_dot at one position with the weights evicted 0.973x the time where the vCPUs did not share an
+/// L3 (79 rounds) and 0.989x where they did (1,851); back to back 0.949x and 0.984x (23 and 92), at 5 positions
+/// 0.973x and 0.988x (95 and 68), at 9 1.002x (78, sharing); quantized at one position back to back 0.961x and
+/// 0.983x, evicted 0.993x (sharing); bf16 0.979x and 0.989x, evicted 0.989x; bf16_dot 0.987x back to back and
+/// 0.993x evicted (sharing); f32 0.995-0.997x sharing (13-21 rounds apart: 0.97x and 1.02x). The landed code,
+/// switched through this flag: quantized_dot evicted 0.975x apart and 0.987x sharing (84 and 408 rounds), back to
+/// back 0.949x and 0.977x (48 and 311), at 5 positions 0.970x and 0.989x (404 and 69). The bits do not change.
+/// Read by every call, like requests_into_l2.
+inline bool barrier_read_ahead = true;
+
+/// barrier_read_ahead where the vector kernels are built; false for the portable build.
+inline bool reads_ahead_at_barriers() {
 #if defined(__AVX512F__) || defined(__AVX2__)
-  return requests_into_l2;
+  return barrier_read_ahead;
 #else
   return false;
 #endif

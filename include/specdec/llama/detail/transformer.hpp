@@ -231,12 +231,13 @@ class Transformer : public TransformerState {
         matmul_task(outputs, t, matmul_chunk(outputs, threads), x, cols, n, false, call, given);
       };
       // The weights this thread reads in the next step, for the barrier to ask for while the thread waits there
-      // (see ReadAhead), where the kernels ask for theirs into L2 (detail::asks_into_l2). On the Intel Xeon of
-      // 2026-12-05, one-position forwards of the block and bf16 formats took 0.95-0.99x the time in most runs,
-      // back to back and with the weights evicted, f32 0.97-1.02x (docs/measurements.md, "midday"). W_o's run
-      // is asked for at each of the (two or three) waits before it, each time from its start: lines that
-      // arrived in an earlier wait cost little to ask for again.
-      const bool read_ahead = detail::asks_into_l2();
+      // (see ReadAhead), where the vector kernels are built (detail::reads_ahead_at_barriers). On the Intel Xeon
+      // of 2026-12-05, one-position forwards of the block and bf16 formats took 0.95-0.99x the time in most runs,
+      // back to back and with the weights evicted, f32 0.97-1.02x (docs/measurements.md, "midday"); on the Zen 5
+      // of 2026-12-07 quantized_dot 0.95-0.99x (see barrier_read_ahead). W_o's run is asked for at each of the
+      // (two or three) waits before it, each time from its start: lines that arrived in an earlier wait cost
+      // little to ask for again.
+      const bool read_ahead = detail::reads_ahead_at_barriers();
       const auto next_weights = [&](std::span<const MatmulOutput> outputs) {
         return read_ahead ? task_weights(outputs, t, matmul_chunk(outputs, threads)) : ReadAhead{};
       };
