@@ -250,11 +250,14 @@ namespace {
 const std::array<float, 8> k_sc = {1, 2, 3, 4, 17, 33, 50, 63};
 const std::array<float, 8> k_mn = {0, 5, 10, 63, 16, 1, 34, 7};
 std::vector<std::byte> k_scales() { return bytes_of({0x41, 0x82, 0xC3, 0xC4, 0x40, 0x05, 0x8A, 0x3F, 0x01, 0x11, 0x22, 0x7F}); }
-/// Quant bytes that differ at every index (i * 73 + 29 is a bijection mod 256), so that a dequantiser reading
-/// the right bits of the wrong byte fails.
-std::vector<std::uint8_t> distinct_bytes(int count) {
+/// Appends `count` quant bytes that differ at every index (i * 73 + 29 is a bijection mod 256), so that a
+/// dequantiser reading the right bits of the wrong byte fails, and returns them.
+std::vector<std::uint8_t> append_distinct_bytes(std::vector<std::byte>& block, int count) {
   std::vector<std::uint8_t> q(static_cast<std::size_t>(count));
-  for (int i = 0; i < count; ++i) q[static_cast<std::size_t>(i)] = std::uint8_t((i * 73 + 29) % 256);
+  for (int i = 0; i < count; ++i) {
+    q[static_cast<std::size_t>(i)] = std::uint8_t((i * 73 + 29) % 256);
+    block.push_back(std::byte{q[static_cast<std::size_t>(i)]});
+  }
   return q;
 }
 }  // namespace
@@ -263,8 +266,7 @@ TEST_CASE("q4_k block: chunk c uses sub-blocks 2c and 2c+1, y = d*sc*q - dmin*mn
   auto block = bytes_of({0x00, 0x38, 0x00, 0x34});  // d = 0.5, dmin = 0.25
   const auto scales = k_scales();
   block.insert(block.end(), scales.begin(), scales.end());
-  const auto qs = distinct_bytes(128);
-  for (const std::uint8_t q : qs) block.push_back(std::byte{q});
+  const auto qs = append_distinct_bytes(block, 128);
   const auto y = dequantize_block(TensorType::Q4_K, block);
   for (int c = 0; c < 4; ++c) {
     for (int l = 0; l < 32; ++l) {
@@ -281,8 +283,7 @@ TEST_CASE("q5_k block: bit 2c of qh[l] extends the low nibble, bit 2c+1 the high
   const auto scales = k_scales();
   block.insert(block.end(), scales.begin(), scales.end());
   for (int l = 0; l < 32; ++l) block.push_back(std::byte(std::uint8_t(1u << (l % 8))));  // qh
-  const auto qs = distinct_bytes(128);
-  for (const std::uint8_t q : qs) block.push_back(std::byte{q});
+  const auto qs = append_distinct_bytes(block, 128);
   const auto y = dequantize_block(TensorType::Q5_K, block);
   for (int c = 0; c < 4; ++c) {
     for (int l = 0; l < 32; ++l) {
@@ -300,8 +301,8 @@ TEST_CASE("q2_k block: group e/16 scales the 2-bit quant of byte 32*(e/128)+e%32
           "[gguf]") {
   std::vector<std::byte> block;
   for (int g = 0; g < 16; ++g) block.push_back(std::byte(std::uint8_t((g % 7 + 1) | ((g % 3) << 4))));
-  const auto qs = distinct_bytes(64);  // element e: byte 32 * (e / 128) + e % 32, at shift 2 * ((e % 128) / 32)
-  for (const std::uint8_t q : qs) block.push_back(std::byte{q});
+  // Element e: byte 32 * (e / 128) + e % 32, at shift 2 * ((e % 128) / 32).
+  const auto qs = append_distinct_bytes(block, 64);
   const auto tail = bytes_of({0x00, 0x38, 0x00, 0x34});  // d = 0.5, dmin = 0.25
   block.insert(block.end(), tail.begin(), tail.end());
   const auto y = dequantize_block(TensorType::Q2_K, block);
@@ -316,8 +317,8 @@ TEST_CASE("q2_k block: group e/16 scales the 2-bit quant of byte 32*(e/128)+e%32
 TEST_CASE("q3_k block: 6-bit scales minus 32, quant minus 4 unless its hmask bit is set", "[gguf]") {
   std::vector<std::byte> block;
   for (int i = 0; i < 32; ++i) block.push_back(std::byte(std::uint8_t(i < 16 ? 0x0F : 0xF0)));  // hmask
-  const auto qs = distinct_bytes(64);  // element e: byte 32 * (e / 128) + e % 32, at shift 2 * ((e % 128) / 32)
-  for (const std::uint8_t q : qs) block.push_back(std::byte{q});
+  // Element e: byte 32 * (e / 128) + e % 32, at shift 2 * ((e % 128) / 32).
+  const auto qs = append_distinct_bytes(block, 64);
   // Stored scales 24 + k (k = 0..15): low nibbles (8+k) | k << 4 in bytes 0-7, high bits 1,1,2,2 -> 0xA5.
   for (int k = 0; k < 8; ++k) block.push_back(std::byte(std::uint8_t((8 + k) | (k << 4))));
   for (int i = 0; i < 4; ++i) block.push_back(std::byte{0xA5});
