@@ -23,7 +23,11 @@
 // the same minutes as the runs: counters t_ar, t_d, t_u, catch_ups_per_round), predicted_table (the
 // same with the BM_Cost table measured before all runs), predicted_in_run (the same with the runs' own model-call
 // times: plain decoding's mean forward as t_AR, the speculative rounds' mean draft + verify time), identical
-// (1 when every task's tokens equal plain decoding's; -1 where only the distribution is the same).
+// (1 when every task's tokens equal plain decoding's; -1 where only the distribution is the same), and the
+// cost model's terms in the runs against their samples: in_run_t_ar (the paired plain runs' mean forward over
+// t_AR), in_run_verify (the rounds' verify calls over t_v at their widths) and in_run_draft (the rounds' draft
+// calls over d * t_d + u * t_u; absent without draft calls), each 1 where the runs' calls took what the samples
+// did.
 //
 // Environment: SPECDEC_MODEL (GGUF path), SPECDEC_THREADS (1), SPECDEC_BENCH_TOKENS (256),
 // SPECDEC_BENCH_KS ("1,2,3,4,5,6,7,8"), SPECDEC_BENCH_DRAFTS ("ngram,early-exit:4,early-exit:10"; a draft may
@@ -409,6 +413,7 @@ struct Totals {
   std::size_t tokens = 0, rounds = 0, drafted = 0, accepted = 0, draft_steps = 0, catch_ups = 0;
   double seconds = 0;
   double model_seconds = 0;  // inside the target's and the draft's forward calls, prompt processing excluded
+  double verify_call_seconds = 0;  // of model_seconds: inside the target's calls (the rounds' verify calls)
   std::vector<std::size_t> drafted_at, accepted_at, verify_widths;
   std::vector<std::vector<Token>> outputs;
 
@@ -424,6 +429,7 @@ struct Totals {
     catch_ups += s.draft_catch_up_calls;
     seconds += s.total_seconds - s.prefill_seconds;
     model_seconds += s.target_seconds + s.draft_seconds - s.prefill_seconds;
+    verify_call_seconds += std::accumulate(s.verify_seconds.begin(), s.verify_seconds.end(), 0.0);
     drafted_at.resize(std::max(drafted_at.size(), s.drafted_at.size()));
     accepted_at.resize(drafted_at.size());
     for (std::size_t i = 0; i < s.drafted_at.size(); ++i) {
@@ -616,6 +622,16 @@ void BM_Speculative(benchmark::State& state, const std::string& kind, const std:
   const auto t_v = costs.verify_table();
   const double t_d = costs.mean(costs.draft), t_u = costs.mean(costs.catch_up);
   const double predicted = predict(t_v, t_d, t_u);
+  // Each term of the cost model in the runs over its samples, to show which term a gap between the measured
+  // speedup and `predicted` comes from (the rest is the time outside the model calls: see predicted_in_run).
+  double sampled_verify = 0.0;
+  for (std::size_t w : totals.verify_widths) sampled_verify += verify_seconds(t_v, static_cast<double>(w));
+  const double sampled_draft = static_cast<double>(totals.draft_steps) * t_d + static_cast<double>(totals.catch_ups) * t_u;
+  if (plain.rounds > 0 && t_v.at(1) > 0)
+    state.counters["in_run_t_ar"] = plain.model_seconds / static_cast<double>(plain.rounds) / t_v.at(1);
+  if (sampled_verify > 0) state.counters["in_run_verify"] = totals.verify_call_seconds / sampled_verify;
+  if (sampled_draft > 0)
+    state.counters["in_run_draft"] = (totals.model_seconds - totals.verify_call_seconds) / sampled_draft;
   state.counters["predicted_table"] =
       predict(bench.t_verify.at(kind), bench.t_draft.at(kind).at(draft_name), bench.t_catch_up.at(kind).at(draft_name));
   state.counters["t_ar"] = t_v.at(1);

@@ -3,7 +3,7 @@
 16 tokens a task, 2026-12-06), and on variants of it: the report is written, every table's rows have its header's
 cell count, every speculative run gets a row, nothing is cut off (cost widths, acceptance positions), and with
 counters set by hand every derived figure has its one right value (errors against the cost model and their
-summary, the noise of one run, the adaptive goal's cells, the recorded CPU).
+summary, the cost model's terms in the runs, the noise of one run, the adaptive goal's cells, the recorded CPU).
 
 usage: test_make_report.py MAKE_REPORT FIXTURE
 Prints one line per check and a closing 'N passed, N failed' line; exits non-zero on any failure.
@@ -71,6 +71,8 @@ def runs(results):
 # The run as it is: a row per speculative configuration.
 if (out := report(base, "fixture")) is not None:
     text, _ = out
+    check("fixture: no terms sentence without the in_run counters (results before 2026-12-07)",
+          "The cost model's terms" not in text)
     for name in runs(base):
         kind, mode, draft, k = name.split("/")[1:]
         k = k[1:] if k.startswith("k") else k
@@ -109,6 +111,15 @@ for name, speedup, model in [("chat/greedy/ngram/k1", 1.05, 1.0), ("chat/greedy/
                              ("chat/greedy/early-exit:6/k1", 1.0, float("nan")), ("chat/sampled/ngram/k1", 1.02, 1.0),
                              ("chat/sampled/ngram/k2", 0.97, 1.0), ("chat/sampled/early-exit:6/k1", 0.88, 1.0)]:
     by_name["BM_E2E/" + name].update(speedup=speedup, predicted=model)
+# The cost model's terms in the runs over their samples: medians 1.05 (six runs), 1.03 (five: one NaN), and for the
+# draft term only the two early-exit runs (c >= 0.05; prompt lookup's 0.5 left out): 1.15.
+for name, t_ar, verify, draft, c in [("chat/greedy/ngram/k1", 1.00, 0.99, 0.5, 0.003),
+                                     ("chat/greedy/ngram/k2", 1.02, 1.01, 0.5, 0.003),
+                                     ("chat/greedy/early-exit:6/k1", 1.04, float("nan"), 1.10, 0.4),
+                                     ("chat/sampled/ngram/k1", 1.06, 1.03, 0.5, 0.003),
+                                     ("chat/sampled/ngram/k2", 1.08, 1.05, 0.5, 0.003),
+                                     ("chat/sampled/early-exit:6/k1", 1.10, 1.07, 1.20, 0.4)]:
+    by_name["BM_E2E/" + name].update(in_run_t_ar=t_ar, in_run_verify=verify, in_run_draft=draft, c=c)
 # Three runs that hardly drafted: their speedups are the noise of one run.
 for name, speedup in [("chat/greedy/ngram/adaptive", 0.95), ("chat/greedy/early-exit:6/adaptive", 1.00),
                       ("chat/sampled/early-exit:6/adaptive", 1.05)]:
@@ -129,7 +140,9 @@ if (out := report(known, "known")) is not None:
         r"^\| chat \| greedy \| early-exit:6 \| 1 \|.*\| n/a \|", text, re.M) is not None)
     summary = next((line for line in text.splitlines() if line.startswith("Fixed-k runs against the cost model")), "")
     for part in ["3 of 6 within 10%", "largest gap 20%", "mean signed gap -5.6%", "3 runs below the model and 2 above",
-                 "1 without a usable model value", "read 0.95-1.05x", "standard deviation 5.0%"]:
+                 "1 without a usable model value", "read 0.95-1.05x", "standard deviation 5.0%",
+                 "plain decoding's forwards 1.050x t_AR (6 runs)", "the verify calls 1.030x t_v (5 runs)",
+                 "the draft calls 1.150x d t_d + u t_u (2 runs with c >= 0.05)"]:
         check(f"known: the summary says '{part}'", part in summary, summary)
     for name, cells in [("greedy | ngram", "k = 1, 1.20x | 1.15x | 0.96 | yes |"),
                         ("sampled | ngram", "k = 1, 1.20x | 1.10x | 0.92 | no |"),
