@@ -614,18 +614,21 @@ void BM_Speculative(benchmark::State& state, const std::string& kind, const std:
   // configuration's tasks (`predicted`) and once with the kind's cost table measured before all runs
   // (`predicted_table`). Until 2026-12-06 a catch-up counted as a draft step: for early-exit:6, whose catch-up
   // skips an output head bigger than its six layers, at about 2.3 times its cost.
-  const auto predict = [&](const std::map<std::size_t, double>& t_v, double t_d, double t_u) {
+  // The rounds' verify calls priced at t_v of their widths.
+  const auto priced_verify = [&](const std::map<std::size_t, double>& t_v) {
     double verify = 0.0;
     for (std::size_t w : totals.verify_widths) verify += verify_seconds(t_v, static_cast<double>(w));
-    return tau * t_v.at(1) / (steps * t_d + catch_ups * t_u + verify / rounds);
+    return verify;
+  };
+  const auto predict = [&](const std::map<std::size_t, double>& t_v, double t_d, double t_u) {
+    return tau * t_v.at(1) / (steps * t_d + catch_ups * t_u + priced_verify(t_v) / rounds);
   };
   const auto t_v = costs.verify_table();
   const double t_d = costs.mean(costs.draft), t_u = costs.mean(costs.catch_up);
   const double predicted = predict(t_v, t_d, t_u);
   // Each term of the cost model in the runs over its samples, to show which term a gap between the measured
   // speedup and `predicted` comes from (the rest is the time outside the model calls: see predicted_in_run).
-  double sampled_verify = 0.0;
-  for (std::size_t w : totals.verify_widths) sampled_verify += verify_seconds(t_v, static_cast<double>(w));
+  const double sampled_verify = priced_verify(t_v);
   const double sampled_draft = static_cast<double>(totals.draft_steps) * t_d + static_cast<double>(totals.catch_ups) * t_u;
   if (plain.rounds > 0 && t_v.at(1) > 0)
     state.counters["in_run_t_ar"] = plain.model_seconds / static_cast<double>(plain.rounds) / t_v.at(1);
