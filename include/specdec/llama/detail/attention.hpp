@@ -2,7 +2,7 @@
 // kernels where the build has them and the head dimension suits them, else the portable path; all give the
 // same bits.
 // Entry points: detail::attend_group; through attention_core.hpp detail::exp_approx and detail::swiglu.
-// Read first: transformer.hpp. Read next: attention_core.hpp (the shared math, the operation order and the
+// Read first: transformer_attention.hpp. Read next: attention_core.hpp (the shared math, the operation order and the
 // portable path), then attention_avx512.hpp and attention_avx2.hpp.
 #pragma once
 
