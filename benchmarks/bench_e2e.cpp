@@ -204,13 +204,13 @@ std::vector<double> median_forward_seconds(M& model, std::size_t context, const 
                                            Between&& between, std::size_t repeats = default_repeats(),
                                            bool logits = true) {
   const std::vector<Token> filler = fill_context(model, context, *std::max_element(widths.begin(), widths.end()));
+  constexpr bool can_append = requires(std::span<const Token> tokens) { model.append(tokens); };
   const auto step = [&](std::size_t width) {
     between();
     const std::span<const Token> tokens(filler.data() + context, width);
     const auto start = detail::Clock::now();
-    if constexpr (requires { model.append(tokens); }) {
-      if (logits) benchmark::DoNotOptimize(model.forward(tokens).data());
-      else model.append(tokens);
+    if (!logits && can_append) {
+      if constexpr (can_append) model.append(tokens);
     } else {
       benchmark::DoNotOptimize(model.forward(tokens).data());
     }
