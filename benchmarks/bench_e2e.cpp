@@ -40,7 +40,6 @@
 
 #include <algorithm>
 #include <array>
-#include <numeric>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -48,6 +47,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <numeric>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -943,13 +944,14 @@ int register_benchmarks() {
     return own;
   };
   std::vector<std::pair<std::string, std::vector<std::size_t>>> plan;
+  std::optional<std::uint64_t> layers;  // the model's, read at the first early-exit draft (before Bench loads it)
   for (auto d : drafts) {
     auto own = ks_of(d);
     // A bad name, or more layers than the model has, ends the run now, not after the baselines.
     if (const DraftName parsed(d); parsed.kind == DraftName::Kind::early_exit) {
-      const auto layers = gguf::File::open(Bench::model_path()).find_uint("llama.block_count").value_or(0);
-      if (parsed.size > layers)
-        detail::fail("draft '", d, "': the model (", Bench::model_path(), ") has ", layers, " layers");
+      if (!layers) layers = gguf::File::open(Bench::model_path()).find_uint("llama.block_count").value_or(0);
+      if (parsed.size > *layers)
+        detail::fail("draft '", d, "': the model (", Bench::model_path(), ") has ", *layers, " layers");
     }
     plan.emplace_back(d, own);
   }
