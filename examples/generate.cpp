@@ -333,21 +333,9 @@ void print_summary(const char* label, const DecodeStats& s) {
   std::fprintf(stderr, " (prompt: %zu tokens, %.2f s)\n", s.prompt_tokens, s.prefill_seconds);
 }
 
-int run_main(int argc, char** argv) {
-  const Args args = parse_args(argc, argv);
-  if (args.help) {
-    std::cout << kUsage;
-    check_stdout();
-    return 0;
-  }
-  const DraftSpec draft_spec = parse_draft(args.draft);
-  const gguf::File file = gguf::File::open(args.model);
-  const Tokenizer tokenizer = Tokenizer::from_gguf(file);
-  LlamaModel target(llama::LlamaWeights::load(file, args.format), args.max_context,
-                    std::make_shared<llama::ThreadPool>(args.threads), args.kv_format);
-  check_early_exit(draft_spec, target.config().layers);
-
-  const std::string prompt_text = args.chat ? Tokenizer::chat_prompt(args.prompt) : args.prompt;
+/// The prompt's tokens: every byte of --prompt has a token, it is not empty, and it fits --max-context with
+/// --max-tokens. Throws UsageError naming what does not.
+std::vector<Token> encode_prompt(const Tokenizer& tokenizer, const Args& args, const std::string& prompt_text) {
   const std::vector<Token> prompt = tokenizer.encode(prompt_text);
   // The tokenizer drops a byte it has no token for (as llama.cpp does); the model would not see the prompt given.
   if (const auto at = tokenizer.first_dropped_byte(args.prompt)) {
@@ -363,32 +351,36 @@ int run_main(int argc, char** argv) {
     throw UsageError("prompt (" + std::to_string(prompt.size()) + " tokens) + --max-tokens (" +
                      std::to_string(args.max_tokens) + ") exceeds --max-context " + std::to_string(args.max_context) +
                      " (the model holds the prompt and all new tokens but the last)");
+  return prompt;
+}
 
-  GenerateOptions options{.max_new_tokens = args.max_tokens,
-                          .draft_length = args.k.value_or(args.adaptive ? 8 : 4),
-                          .stop_tokens = tokenizer.stop_tokens(),
-                          .seed = args.seed};
-  // A draft model is opened and checked before anything is printed: a bad file is an error, not a half-run.
-  std::unique_ptr<LlamaModel> draft_model;
-  if (draft_spec.kind == DraftSpec::Kind::model) {
-    const gguf::File draft_file = gguf::File::open(draft_spec.path);
-    try {
-      llama::check_same_vocabulary(Tokenizer::from_gguf(draft_file), tokenizer);
-    } catch (const specdec::Error& e) {
-      throw specdec::Error("--draft '" + draft_spec.path + "': " + e.what());
-    }
-    draft_model = std::make_unique<LlamaModel>(llama::LlamaWeights::load(draft_file, args.format), args.max_context,
-                                               target.pool(), args.kv_format);
+/// The model of --draft PATH, opened and checked against the target's vocabulary before anything is printed (a bad
+/// file is an error, not a half-run); null for the other drafts.
+std::unique_ptr<LlamaModel> load_draft_model(const DraftSpec& draft_spec, const Args& args, const Tokenizer& tokenizer,
+                                             const LlamaModel& target) {
+  if (draft_spec.kind != DraftSpec::Kind::model) return nullptr;
+  const gguf::File draft_file = gguf::File::open(draft_spec.path);
+  try {
+    llama::check_same_vocabulary(Tokenizer::from_gguf(draft_file), tokenizer);
+  } catch (const specdec::Error& e) {
+    throw specdec::Error("--draft '" + draft_spec.path + "': " + e.what());
   }
+  return std::make_unique<LlamaModel>(llama::LlamaWeights::load(draft_file, args.format), args.max_context,
+                                      target.pool(), args.kv_format);
+}
+
+/// Warnings on stderr for settings that run but may not do what was meant.
+void warn_about_settings(const Args& args, const DraftSpec& draft_spec, const LlamaModel& target,
+                         std::size_t prompt_size) {
   // Positions past the trained context run (RoPE extends to any position), but the model was not trained on
   // them: said once on stderr, after the checks of the arguments and files (llama.cpp warns when its context is
   // larger).
   if (const std::size_t trained = target.config().context_length;
-      trained > 0 && args.max_tokens > 0 && prompt.size() + args.max_tokens - 1 > trained)  // as --max-context
+      trained > 0 && args.max_tokens > 0 && prompt_size + args.max_tokens - 1 > trained)  // as --max-context
     std::fprintf(stderr,
                  "specdec-generate: warning: prompt (%zu tokens) + --max-tokens (%zu) reach past the model's trained "
                  "context of %zu positions; text beyond it may lose coherence\n",
-                 prompt.size(), args.max_tokens, trained);
+                 prompt_size, args.max_tokens, trained);
   for (const std::string& unused : unused_flags(args, draft_spec.kind))
     std::fprintf(stderr, "specdec-generate: warning: %s\n", unused.c_str());
   if (const unsigned cores = std::thread::hardware_concurrency(); cores > 0 && args.threads > cores)
@@ -396,37 +388,34 @@ int run_main(int argc, char** argv) {
                  "specdec-generate: warning: --threads %zu is more than the %u hardware threads here; the workers "
                  "then take turns on the cores, which is much slower\n",
                  args.threads, cores);
-  warm_up(target, prompt);
-  if (draft_model) warm_up(*draft_model, prompt);
-  const bool stream = !args.json;
-  if (stream) stream_out(prompt_text);
+}
 
-  Run main_run;
-  const char* label = "speculative";
+/// The main run: speculative decoding with the chosen draft, or plain decoding with --draft none.
+/// requires: draft_model is load_draft_model's, not null, for --draft PATH.
+Run run_main_decoding(const DraftSpec& draft_spec, LlamaModel& target, LlamaModel* draft_model, const Args& args,
+                      const std::vector<Token>& prompt, const GenerateOptions& options, const Tokenizer& tokenizer,
+                      bool stream) {
   switch (draft_spec.kind) {
     case DraftSpec::Kind::none:
-      label = "plain";
-      main_run = run_plain(target, args, prompt, options, tokenizer, stream);
-      break;
+      return run_plain(target, args, prompt, options, tokenizer, stream);
     case DraftSpec::Kind::ngram: {
       PromptLookupDraft draft(target.vocab_size(), draft_spec.n, 1);
-      main_run = run_speculative(draft, target, args, prompt, options, tokenizer, stream);
-      break;
+      return run_speculative(draft, target, args, prompt, options, tokenizer, stream);
     }
     case DraftSpec::Kind::early_exit: {
       llama::EarlyExitDraft draft(target, draft_spec.n);
-      warm_up(draft, prompt);  // its own caches warmed too, as the models' above
-      main_run = run_speculative(draft, target, args, prompt, options, tokenizer, stream);
-      break;
+      warm_up(draft, prompt);  // its own caches warmed too, as the target's and a draft model's in run_main
+      return run_speculative(draft, target, args, prompt, options, tokenizer, stream);
     }
     case DraftSpec::Kind::model:
-      main_run = run_speculative(*draft_model, target, args, prompt, options, tokenizer, stream);
       break;
   }
-  if (stream) stream_out("\n");  // before the summary on stderr, which shares the terminal
+  return run_speculative(*draft_model, target, args, prompt, options, tokenizer, stream);
+}
 
-  std::optional<Run> plain;
-  if (args.compare) plain = run_plain(target, args, prompt, options, tokenizer, false);
+/// The runs printed: one JSON object on stdout with --json, else a summary of each on stderr.
+void print_results(const Args& args, std::size_t prompt_size, const char* label, const Run& main_run,
+                   const std::optional<Run>& plain) {
   const auto& s = main_run.generation.stats;
   const double speedup = plain && plain->generation.stats.tokens_per_second() > 0
                              ? s.tokens_per_second() / plain->generation.stats.tokens_per_second() : 0.0;
@@ -434,7 +423,7 @@ int run_main(int argc, char** argv) {
 
   if (args.json) {
     std::cout << "{\"text\":" << json_string(main_run.text) << ",\"tokens\":" << json_array(main_run.generation.tokens)
-              << ",\"prompt_tokens\":" << prompt.size() << ",\"draft\":" << json_string(args.draft)
+              << ",\"prompt_tokens\":" << prompt_size << ",\"draft\":" << json_string(args.draft)
               << ",\"format\":" << json_string(llama::to_string(args.format))
               << ",\"kv_format\":" << json_string(llama::to_string(args.kv_format)) << ",\"stats\":{" << json_stats(s) << "}";
     if (plain)
@@ -449,6 +438,42 @@ int run_main(int argc, char** argv) {
       std::fprintf(stderr, "speedup: %.2fx, tokens identical: %s\n", speedup, identical ? "yes" : "no");
     }
   }
+}
+
+int run_main(int argc, char** argv) {
+  const Args args = parse_args(argc, argv);
+  if (args.help) {
+    std::cout << kUsage;
+    check_stdout();
+    return 0;
+  }
+  const DraftSpec draft_spec = parse_draft(args.draft);
+  const gguf::File file = gguf::File::open(args.model);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(file);
+  LlamaModel target(llama::LlamaWeights::load(file, args.format), args.max_context,
+                    std::make_shared<llama::ThreadPool>(args.threads), args.kv_format);
+  check_early_exit(draft_spec, target.config().layers);
+
+  const std::string prompt_text = args.chat ? Tokenizer::chat_prompt(args.prompt) : args.prompt;
+  const std::vector<Token> prompt = encode_prompt(tokenizer, args, prompt_text);
+  const GenerateOptions options{.max_new_tokens = args.max_tokens,
+                                .draft_length = args.k.value_or(args.adaptive ? 8 : 4),
+                                .stop_tokens = tokenizer.stop_tokens(),
+                                .seed = args.seed};
+  const std::unique_ptr<LlamaModel> draft_model = load_draft_model(draft_spec, args, tokenizer, target);
+  warn_about_settings(args, draft_spec, target, prompt.size());
+  warm_up(target, prompt);
+  if (draft_model) warm_up(*draft_model, prompt);
+  const bool stream = !args.json;
+  if (stream) stream_out(prompt_text);
+  const Run main_run =
+      run_main_decoding(draft_spec, target, draft_model.get(), args, prompt, options, tokenizer, stream);
+  if (stream) stream_out("\n");  // before the summary on stderr, which shares the terminal
+
+  std::optional<Run> plain;
+  if (args.compare) plain = run_plain(target, args, prompt, options, tokenizer, false);
+  print_results(args, prompt.size(), draft_spec.kind == DraftSpec::Kind::none ? "plain" : "speculative", main_run,
+                plain);
   check_stdout();
   return 0;
 }

@@ -105,6 +105,13 @@ for prompt, chat in prompts:
         check(f"greedy {draft} == plain on {prompt[:24]!r}", out["identical"] and out["tokens"] == out["plain"]["tokens"],
               f"{out['tokens']} vs {out['plain']['tokens']}")
 
+# A second GGUF as the draft: the model itself, a separate copy with the same bits (batch invariance), so greedy
+# decoding accepts every drafted token and keeps the plain tokens.
+out = run_json("--prompt", "The capital of France is", "--max-tokens", "24", "--draft", model, "--k", "4", "--compare")
+check("--draft PATH: the model as its own draft accepts every drafted token",
+      out["identical"] and out["stats"]["drafted"] > 0 and out["stats"]["accepted"] == out["stats"]["drafted"],
+      str(out["stats"]))
+
 # The f32 and q8 KV caches (not the default) keep greedy speculative == plain too, and still find Paris.
 for kv_format in ("f32", "q8"):
     out = run_json("--prompt", "The capital of France is", "--max-tokens", "24", "--draft", "early-exit:10", "--k", "3",
