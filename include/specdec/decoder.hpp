@@ -10,6 +10,7 @@
 #include <limits>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "specdec/acceptance.hpp"
@@ -87,44 +88,8 @@ class SpeculativeDecoder {
       stats.draft_lengths.push_back(k);
       RoundReport report{.requested = k};
       draft(sequence, k, options, session, drafts, report, stats);
-
-      // Verify: one target call over the last final token and every proposal.
-      const std::size_t n = sequence.size();
-      const std::size_t held = target_.sync(sequence, n - 1);
-      feed.assign(sequence.begin() + static_cast<std::ptrdiff_t>(held), sequence.end());
-      feed.insert(feed.end(), drafts.begin(), drafts.end());
-      const double before = stats.target_seconds;
-      const Logits& logits = target_.forward(feed, stats.target_seconds, stats.target_forward_calls);
-      report.verify_width = feed.size();
-      stats.verify_widths.push_back(feed.size());
-      report.verify_seconds = stats.target_seconds - before;
-      stats.verify_seconds.push_back(report.verify_seconds);
-      const auto first_row = static_cast<Eigen::Index>(n - 1 - held);
-      const auto row = [&](std::size_t i) {
-        return std::span<const float>(logits.row(first_row + static_cast<Eigen::Index>(i)).data(), vocab);
-      };
-
+      const auto [accepted, next] = verify(sequence, drafts, session, feed, report, stats);
       ++stats.rounds;
-      stats.drafted_tokens += drafts.size();
-      if (stats.drafted_at.size() < drafts.size()) {
-        stats.drafted_at.resize(drafts.size(), 0);
-        stats.accepted_at.resize(drafts.size(), 0);
-      }
-      std::size_t accepted = 0;
-      Token next = -1;
-      for (; accepted < drafts.size(); ++accepted) {
-        ++stats.drafted_at[accepted];
-        const Verdict verdict = session.verify(row(accepted), accepted, drafts[accepted], n + accepted);
-        if (!verdict.accepted) {
-          next = detail::checked_token(verdict.token, vocab, "the acceptance policy's verify()");
-          break;
-        }
-        ++stats.accepted_at[accepted];
-      }
-      if (accepted == drafts.size())
-        next = detail::checked_token(session.sample(row(accepted), n + accepted), vocab, "the acceptance policy's sample()");
-      stats.accepted_tokens += accepted;
-      report.accepted = accepted;
       report.round_seconds = detail::seconds_since(round_start);
       length_.observe(report);
 
@@ -207,6 +172,49 @@ class SpeculativeDecoder {
     }
     report.drafted = drafts.size();
     report.draft_seconds = stats.draft_seconds - before;
+  }
+
+  /// The round's verify step: one target call over the last final token and every proposal, then the acceptance
+  /// policy's verdict on each proposal in order until one is rejected. returns: how many were accepted, and the
+  /// token after them (the policy's replacement for the rejected one, or its sample after them all).
+  std::pair<std::size_t, Token> verify(std::span<const Token> sequence, std::span<const Token> drafts,
+                                       typename Acceptance::Session& session, std::vector<Token>& feed,
+                                       RoundReport& report, DecodeStats& stats) {
+    const std::size_t vocab = target_.vocab_size(), n = sequence.size();
+    const std::size_t held = target_.sync(sequence, n - 1);
+    feed.assign(sequence.begin() + static_cast<std::ptrdiff_t>(held), sequence.end());
+    feed.insert(feed.end(), drafts.begin(), drafts.end());
+    const double before = stats.target_seconds;
+    const Logits& logits = target_.forward(feed, stats.target_seconds, stats.target_forward_calls);
+    report.verify_width = feed.size();
+    stats.verify_widths.push_back(feed.size());
+    report.verify_seconds = stats.target_seconds - before;
+    stats.verify_seconds.push_back(report.verify_seconds);
+    const auto first_row = static_cast<Eigen::Index>(n - 1 - held);
+    const auto row = [&](std::size_t i) {
+      return std::span<const float>(logits.row(first_row + static_cast<Eigen::Index>(i)).data(), vocab);
+    };
+    stats.drafted_tokens += drafts.size();
+    if (stats.drafted_at.size() < drafts.size()) {
+      stats.drafted_at.resize(drafts.size(), 0);
+      stats.accepted_at.resize(drafts.size(), 0);
+    }
+    std::size_t accepted = 0;
+    Token next = -1;
+    for (; accepted < drafts.size(); ++accepted) {
+      ++stats.drafted_at[accepted];
+      const Verdict verdict = session.verify(row(accepted), accepted, drafts[accepted], n + accepted);
+      if (!verdict.accepted) {
+        next = detail::checked_token(verdict.token, vocab, "the acceptance policy's verify()");
+        break;
+      }
+      ++stats.accepted_at[accepted];
+    }
+    if (accepted == drafts.size())
+      next = detail::checked_token(session.sample(row(accepted), n + accepted), vocab, "the acceptance policy's sample()");
+    stats.accepted_tokens += accepted;
+    report.accepted = accepted;
+    return {accepted, next};
   }
 
   static Generation& finish(Generation& out, detail::Clock::time_point start) {
