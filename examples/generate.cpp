@@ -14,6 +14,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -408,9 +409,9 @@ Run run_main_decoding(const DraftSpec& draft_spec, LlamaModel& target, LlamaMode
       return run_speculative(draft, target, args, prompt, options, tokenizer, stream);
     }
     case DraftSpec::Kind::model:
-      break;
+      return run_speculative(*draft_model, target, args, prompt, options, tokenizer, stream);
   }
-  return run_speculative(*draft_model, target, args, prompt, options, tokenizer, stream);
+  throw std::logic_error("unknown draft kind");  // every kind returns above
 }
 
 /// The runs printed: one JSON object on stdout with --json, else a summary of each on stderr.

@@ -105,8 +105,8 @@ for prompt, chat in prompts:
         check(f"greedy {draft} == plain on {prompt[:24]!r}", out["identical"] and out["tokens"] == out["plain"]["tokens"],
               f"{out['tokens']} vs {out['plain']['tokens']}")
 
-# A second GGUF as the draft: the model itself, a separate copy with the same bits (batch invariance), so greedy
-# decoding accepts every drafted token and keeps the plain tokens.
+# The model's own file as --draft PATH: opened again as a second model, whose logits have the same bits (batch
+# invariance), so greedy decoding accepts every drafted token and keeps the plain tokens.
 out = run_json("--prompt", "The capital of France is", "--max-tokens", "24", "--draft", model, "--k", "4", "--compare")
 check("--draft PATH: the model as its own draft accepts every drafted token",
       out["identical"] and out["stats"]["drafted"] > 0 and out["stats"]["accepted"] == out["stats"]["drafted"],
