@@ -925,7 +925,7 @@ LogitsGolden read_logits_golden() {
   if (!in) FAIL("cannot open " << path);
   LogitsGolden golden;
   for (std::string line; std::getline(in, line);) {
-    if (line.starts_with("#")) continue;
+    if (line.empty() || line.starts_with("#")) continue;
     std::istringstream fields(line);
     std::string first;
     fields >> first;
@@ -938,10 +938,13 @@ LogitsGolden read_logits_golden() {
     for (std::string pair; fields >> pair;) {
       const std::size_t colon = pair.find(':');
       REQUIRE(colon != std::string::npos);
-      row.emplace_back(static_cast<Token>(std::stol(pair.substr(0, colon))), std::stod(pair.substr(colon + 1)));
+      const long id = std::stol(pair.substr(0, colon));
+      REQUIRE((id >= 0 && id < 49152));
+      row.emplace_back(static_cast<Token>(id), std::stod(pair.substr(colon + 1)));
     }
-    REQUIRE(row.size() >= 2);
+    REQUIRE(row.size() == 10);
   }
+  REQUIRE(golden.tokens.size() == 31);  // what scripts/make-logits-golden writes: a file cut short fails here
   REQUIRE(golden.top.size() == golden.tokens.size());
   return golden;
 }
@@ -958,21 +961,20 @@ TEST_CASE("SmolLM2 logits match an independent float64 forward pass over gguf-py
       LlamaModel model(weights, 64, std::make_shared<ThreadPool>(2), kv_format);
       const Logits& logits = model.forward(golden.tokens);
       double worst = 0.0;
-      std::size_t same_top = 0;
+      std::vector<std::size_t> tops;  // per position, the model's highest token
       for (std::size_t i = 0; i < golden.tokens.size(); ++i) {
         const auto row = static_cast<Eigen::Index>(i);
         for (const auto& [id, value] : golden.top[i]) worst = std::max(worst, std::abs(logits(row, id) - value));
         Eigen::Index best;
         logits.row(row).maxCoeff(&best);
-        same_top += best == golden.top[i][0].first;
+        tops.push_back(static_cast<std::size_t>(best));
       }
-      CAPTURE(worst, same_top);
+      CAPTURE(worst, tops);
       // The logits compared are 4.7-38.6. f32 and quantized hold the file's values exactly: with the f32 cache only
-      // float rounding of the sums is left (measured 1.1e-4 and 4.0e-5), the f16 cache rounds keys and values (0.025).
-      // The rounded formats and the q8 cache differ by their rounding (measured: bf16 0.16, bf16_dot 0.33, built for
-      // AVX2 0.43, quantized_dot 2.2 and 1.9 with the f32 and f16 caches; 0.8-1.7 with the q8 cache, which then picks
-      // another highest token at one of the 31 positions). A wrong step anywhere (RoPE, a norm, a head's keys) is off
-      // by far more.
+      // float rounding of the sums is left (measured 1.1e-4 and 4.0e-5), the f16 cache rounds keys and values
+      // (0.025). The rounded formats and the q8 cache differ by their rounding (measured: bf16 0.16, bf16_dot 0.33,
+      // built for AVX2 0.43, quantized_dot 2.2 and 1.9 with the f32 and f16 caches; 0.8-1.7 with the q8 cache). RoPE's
+      // sine scaled by 1.001 moves f32's by 0.031.
       const bool exact = format == WeightFormat::f32 || format == WeightFormat::quantized;
       double tolerance = 3.0;
       if (kv_format == KvFormat::f32 && exact) tolerance = 1e-3;
@@ -981,7 +983,16 @@ TEST_CASE("SmolLM2 logits match an independent float64 forward pass over gguf-py
       else if (kv_format != KvFormat::q8 && format == WeightFormat::bf16_dot) tolerance = 1.0;
       else if (format == WeightFormat::quantized_dot) tolerance = 4.0;
       REQUIRE(worst <= tolerance);
-      REQUIRE(same_top >= golden.tokens.size() - (kv_format == KvFormat::q8 || !exact ? 1 : 0));
+      // The highest token at every position is the golden one's, or one that the golden logits place within the
+      // tolerance of it (three positions have a top-two gap under 0.15; the q8 cache picks the second at one).
+      for (std::size_t i = 0; i < tops.size(); ++i) {
+        CAPTURE(i);
+        const auto& top = golden.top[i];
+        const auto near = std::find_if(top.begin(), top.end(), [&](const auto& entry) {
+          return static_cast<std::size_t>(entry.first) == tops[i] && entry.second >= top[0].second - tolerance;
+        });
+        REQUIRE(near != top.end());
+      }
     }
   }
 }
