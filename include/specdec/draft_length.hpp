@@ -106,6 +106,8 @@ class AdaptiveDraftLength {
                    "), got ", max_probe_interval);
   }
 
+  /// The draft length for the next round, at most min(options.draft_length, max_draft_length): 1 in the first
+  /// round (to measure), then the k that the estimates give the most tokens per second (see the class comment).
   std::size_t next(const GenerateOptions& options) {
     validate();
     const std::size_t max_k = std::min(options.draft_length, max_draft_length);
@@ -158,6 +160,8 @@ class AdaptiveDraftLength {
     probe_now_ = true;
   }
 
+  /// Updates the estimates from a finished round. Throws specdec::Error for a report whose counts are
+  /// inconsistent (check_counts).
   void observe(const RoundReport& report) {
     check_counts(report);
     // A time that is not a finite, non-negative number (a broken clock, a report built by hand) would stay in
@@ -258,13 +262,15 @@ class AdaptiveDraftLength {
     return p;
   }
 
-  /// The current estimate of acceptance at draft position i.
   /// Seconds per round spent outside the model calls, in rounds with (true) or without drafting.
   double overhead(bool drafting) const { return overhead_[drafting]; }
   /// Seconds of a target call over `width` positions: the line fitted to every verify pass plus that width's
   /// measured offset from it (0 when nothing was measured yet).
   double verify_seconds(std::size_t width) const { return verify_seconds_at(static_cast<double>(width)); }
+  /// The current estimate of acceptance at draft position i (0.5 before any round; past the positions measured,
+  /// the last one's).
   double alpha(std::size_t i) const { return i < alpha_.size() ? alpha_[i] : (alpha_.empty() ? 0.5 : alpha_.back()); }
+  /// The draft length that the last next() returned.
   std::size_t current() const { return current_; }
 
  private:

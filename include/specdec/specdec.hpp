@@ -3,6 +3,8 @@
 //
 // Layers, top down: SpeculativeDecoder (decoder.hpp) -> policies (acceptance.hpp, draft_length.hpp,
 // sampling.hpp) -> the Model concept (model.hpp) -> drafts and models (drafts/, toy_models.hpp, llama/) -> Eigen.
+// Entry point: SpeculativeDecoder::generate() (and generate_autoregressive(), the baseline). Read next: decoder.hpp,
+// then examples/quickstart.cpp (a whole program on toy models).
 #pragma once
 
 #include "specdec/acceptance.hpp"
