@@ -31,12 +31,18 @@ struct Verdict {
 template <class P>
 concept AcceptancePolicy = requires(const P& policy, typename P::Session& session, std::span<const float> row,
                                     std::size_t slot, Token token, std::uint64_t position) {
-  policy.validate();                                        // throws specdec::Error on bad parameters
+  // The decoder checks the parameters once, when it is built, so a bad temperature fails before any model call.
+  policy.validate();  // throws specdec::Error on bad parameters
+  // A generation's state (the draft's distributions for the round, the seed) lives in a session that each
+  // generate() call makes anew, so the policy itself stays const and one decoder can run many generations.
   typename P::Session;
   { typename P::Session(policy, std::size_t{}, std::uint64_t{}) };  // (policy, vocab size, seed)
-  { session.propose(row, slot, position) } -> std::same_as<Token>;  // the draft's token from its row
-  { session.verify(row, slot, token, position) } -> std::same_as<Verdict>;  // the target's verdict on it
-  { session.sample(row, position) } -> std::same_as<Token>;  // the target's own token (plain and bonus)
+  // Drafting: the token the draft proposes from its row (the session keeps what verify() needs of that row).
+  { session.propose(row, slot, position) } -> std::same_as<Token>;
+  // Verifying: the target's verdict on a proposal; on rejection, the token that replaces it.
+  { session.verify(row, slot, token, position) } -> std::same_as<Verdict>;
+  // The target's own token: after a round whose proposals were all accepted, and in plain decoding.
+  { session.sample(row, position) } -> std::same_as<Token>;
 };
 
 /// Greedy decoding: the draft proposes its argmax; the target accepts while its argmax agrees.

@@ -35,9 +35,12 @@ struct RoundReport {
 /// every generate() call (after the prompt is processed).
 template <class P>
 concept DraftLengthPolicy = requires(P& policy, const GenerateOptions& options, const RoundReport& report) {
-  { policy.next(options) } -> std::convertible_to<std::size_t>;  // k for the coming round (0 = plain decoding;
-                                                                   // at most max_draft_length)
-  policy.observe(report);                                          // feedback after the round
+  // Before drafting, how many tokens to ask the draft for: k for the coming round (0 = plain decoding; at most
+  // max_draft_length, or the decoder throws).
+  { policy.next(options) } -> std::convertible_to<std::size_t>;
+  // After verifying, what the round gave and cost (drafted, accepted, the times), so that an adaptive policy can
+  // learn; a fixed one ignores it.
+  policy.observe(report);
 };
 
 /// The most tokens a decoder drafts in one round (GenerateOptions::draft_length above it is a specdec::Error with
