@@ -840,18 +840,18 @@ TEST_CASE("panel_span holds panels first to last, whole pairs for bf16, and the 
   const auto q8 = random_matrix(PanelEncoding::q8_0_dot, 36 * 16, 32, 41);
   const MatmulOutput outputs[] = {{&f32.packed, nullptr, 0, false}, {&bf16.packed, nullptr, 0, false},
                                   {&q8.packed, nullptr, 0, false}};
-  const std::size_t chunk = specdec::llama::matmul_chunk(outputs, 5);
+  const std::size_t chunk = specdec::llama::detail::matmul_chunk(outputs, 5);
   CHECK(chunk == 22);
   std::size_t lines = 0;
   for (std::size_t task = 0; task < 5; ++task) {
-    auto ahead = specdec::llama::task_weights(outputs, task, chunk);
+    auto ahead = specdec::llama::detail::task_weights(outputs, task, chunk);
     while (const std::size_t asked = ahead.request(16)) lines += asked;
   }
   CHECK(lines == (f32.packed.stored_bytes() + bf16.packed.stored_bytes() + q8.packed.stored_bytes()) / 64);
 }
 
 TEST_CASE("matmul's runs: whole pairs of panels for bf16 only, an even split for every other encoding", "[kernels]") {
-  using specdec::llama::matmul_chunk;
+  using specdec::llama::detail::matmul_chunk;
   const auto f32 = random_matrix(PanelEncoding::f32, 36 * 16, 32, 41);  // 36 panels
   const auto bf16 = random_matrix(PanelEncoding::bf16, 36 * 16, 32, 41);
   const auto q8 = random_matrix(PanelEncoding::q8_0_dot, 36 * 16, 32, 41);

@@ -20,6 +20,8 @@
 
 namespace specdec::llama {
 
+namespace detail {
+
 /// Panels of all the outputs together. requires: they all have the same cols.
 inline std::size_t total_panels(std::span<const MatmulOutput> outputs) {
   std::size_t total = 0;
@@ -81,6 +83,8 @@ inline ReadAhead task_weights(std::span<const MatmulOutput> outputs, std::size_t
   return ahead;
 }
 
+}  // namespace detail
+
 /// Computes every output in `outputs` from the same inputs x: [positions, x_stride] row-major, first cols()
 /// values of each row used. All weights need the same cols. Parallel over runs of output panels only
 /// (matmul_task; a thread that the OS has descheduled leaves its run to the others); the result does not
@@ -91,10 +95,10 @@ inline ReadAhead task_weights(std::span<const MatmulOutput> outputs, std::size_t
 inline void matmul(std::span<const MatmulOutput> outputs, const float* x, std::size_t x_stride,
                    std::size_t positions, ThreadPool& pool, bool portable = false, QuantizedInputs given = {}) {
   if (positions == 0 || outputs.empty()) return;
-  const std::size_t total = total_panels(outputs), chunk = matmul_chunk(outputs, pool.threads());
+  const std::size_t total = detail::total_panels(outputs), chunk = detail::matmul_chunk(outputs, pool.threads());
   const std::uint64_t call = detail::next_call();
   pool.parallel_for((total + chunk - 1) / chunk, [&](std::size_t task, std::size_t) {
-    matmul_task(outputs, task, chunk, x, x_stride, positions, portable, call, given);
+    detail::matmul_task(outputs, task, chunk, x, x_stride, positions, portable, call, given);
   });
 }
 
