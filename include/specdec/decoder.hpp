@@ -44,7 +44,7 @@ class SpeculativeDecoder {
     if (draft_.vocab_size() != target_.vocab_size())
       detail::fail("draft vocabulary has ", draft_.vocab_size(), " tokens, target has ", target_.vocab_size());
     acceptance_.validate();
-    if constexpr (requires { length_.validate(); }) length_.validate();  // a tuning field out of range, now
+    if constexpr (HasSettingsCheck<DraftLength>) length_.validate();  // a tuning field out of range, now
   }
 
   /// Generates up to options.max_new_tokens tokens after `prompt`. The result equals what fresh, empty models would
@@ -74,7 +74,7 @@ class SpeculativeDecoder {
                           !(std::is_same_v<DraftLength, FixedDraftLength> && options.draft_length == 0);
     prefill(sequence, drafting, stats);
     if (options.max_new_tokens == 0) return finish(out, start);
-    if constexpr (requires { length_.begin_generation(); }) length_.begin_generation();
+    if constexpr (HasGenerationStart<DraftLength>) length_.begin_generation();
 
     typename Acceptance::Session session(acceptance_, vocab, options.seed);
     detail::Emitter emitter(options, out, sequence);

@@ -31,8 +31,7 @@ struct RoundReport {
   double round_seconds = 0.0;    // wall time of the whole round (drafting, verifying, acceptance), callbacks excluded
 };
 
-/// What the decoder needs from a draft-length policy. Optionally, begin_generation() is called at the start of
-/// every generate() call (after the prompt is processed).
+/// What the decoder needs from a draft-length policy (and, optionally, HasSettingsCheck and HasGenerationStart).
 template <class P>
 concept DraftLengthPolicy = requires(P& policy, const GenerateOptions& options, const RoundReport& report) {
   // Before drafting, how many tokens to ask the draft for: k for the coming round (0 = plain decoding; at most
@@ -42,6 +41,16 @@ concept DraftLengthPolicy = requires(P& policy, const GenerateOptions& options, 
   // learn; a fixed one ignores it.
   policy.observe(report);
 };
+
+/// Optional: a policy with tuning fields. The decoder calls validate() when it is built, so that a field out of
+/// range is a specdec::Error then, not in the first round.
+template <class P>
+concept HasSettingsCheck = requires(const P& policy) { policy.validate(); };
+
+/// Optional: a policy that learns per generation. The decoder calls begin_generation() at the start of every
+/// generate() call, after the prompt is processed (AdaptiveDraftLength restarts its learning counts there).
+template <class P>
+concept HasGenerationStart = requires(P& policy) { policy.begin_generation(); };
 
 /// The most tokens a decoder drafts in one round (GenerateOptions::draft_length above it is a specdec::Error with
 /// FixedDraftLength): a verify pass of 257 positions is a prompt's worth of work, and a sampling policy keeps a
@@ -396,5 +405,7 @@ class AdaptiveDraftLength {
 
 static_assert(DraftLengthPolicy<FixedDraftLength>);
 static_assert(DraftLengthPolicy<AdaptiveDraftLength>);
+static_assert(HasSettingsCheck<AdaptiveDraftLength> && HasGenerationStart<AdaptiveDraftLength>);
+static_assert(!HasSettingsCheck<FixedDraftLength> && !HasGenerationStart<FixedDraftLength>);
 
 }  // namespace specdec
