@@ -231,7 +231,8 @@ class SpeculativeDecoder {
 /// The baseline: plain decoding with the target alone, one forward call per token, with the same policy
 /// semantics (Greedy: argmax; RejectionSampling: a sample from the transformed distribution; CoupledSampling:
 /// the Gumbel-max choice). The target is reset first, so the result is what a fresh model gives. Throws
-/// specdec::Error as SpeculativeDecoder::generate() does for the request, the prompt and the target's logits.
+/// specdec::Error as SpeculativeDecoder::generate() does in every case that concerns the target alone (bad policy
+/// parameters, the request, the prompt, the target's logits and context, a policy's token outside the vocabulary).
 /// returns: the new tokens, statistics (one round and one target call per token after the prompt), stop reason.
 template <Model Target, class Acceptance>
   requires AcceptancePolicy<Acceptance>

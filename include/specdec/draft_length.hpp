@@ -45,7 +45,7 @@ concept DraftLengthPolicy = requires(P& policy, const GenerateOptions& options, 
 /// Optional: a policy with tuning fields. The decoder calls validate() when it is built, so that a field out of
 /// range is a specdec::Error then, not in the first round.
 template <class P>
-concept HasSettingsCheck = requires(const P& policy) { policy.validate(); };
+concept HasSettingsCheck = requires(P& policy) { policy.validate(); };
 
 /// Optional: a policy that learns per generation. The decoder calls begin_generation() at the start of every
 /// generate() call, after the prompt is processed (AdaptiveDraftLength restarts its learning counts there).
@@ -118,8 +118,10 @@ class AdaptiveDraftLength {
                    "), got ", max_probe_interval);
   }
 
-  /// The draft length for the next round, at most min(options.draft_length, max_draft_length): 1 in the first
-  /// round (to measure), then the k that the estimates give the most tokens per second (see the class comment).
+  /// The draft length for the next round, at most min(options.draft_length, max_draft_length): 1 until a round
+  /// has been timed (once in the policy's life), then the k that the estimates give the most tokens per second,
+  /// kept unless another is `hysteresis` better, and now and then a probe round's (see the class comment). Throws
+  /// specdec::Error for a tuning field out of range (validate()).
   std::size_t next(const GenerateOptions& options) {
     validate();
     const std::size_t max_k = std::min(options.draft_length, max_draft_length);
@@ -279,10 +281,10 @@ class AdaptiveDraftLength {
   /// Seconds of a target call over `width` positions: the line fitted to every verify pass plus that width's
   /// measured offset from it (0 when nothing was measured yet).
   double verify_seconds(std::size_t width) const { return verify_seconds_at(static_cast<double>(width)); }
-  /// The current estimate of acceptance at draft position i (0.5 before any round; past the positions measured,
-  /// the last one's).
+  /// The current estimate of acceptance at draft position i (0.5 before any round that drafted a token; past the
+  /// positions measured, the last one's).
   double alpha(std::size_t i) const { return i < alpha_.size() ? alpha_[i] : (alpha_.empty() ? 0.5 : alpha_.back()); }
-  /// The draft length that the last next() returned.
+  /// The draft length the policy has settled on; a probe round may draft more (or, at 0, some).
   std::size_t current() const { return current_; }
 
  private:

@@ -983,16 +983,18 @@ TEST_CASE("SmolLM2 logits match an independent float64 forward pass over gguf-py
       else if (kv_format != KvFormat::q8 && format == WeightFormat::bf16_dot) tolerance = 1.0;
       else if (format == WeightFormat::quantized_dot) tolerance = 4.0;
       REQUIRE(worst <= tolerance);
-      // The highest token at every position is the golden one's, or one that the golden logits place within the
-      // tolerance of it (three positions have a top-two gap under 0.15; the q8 cache picks the second at one).
+      // The highest token at each position is the golden one's, or one whose golden logit is within a near tie of
+      // it (three positions have a top-two gap under 0.15, the next smallest is 0.25); a rounded format or the q8
+      // cache may pick another at one position (the q8 cache does).
+      const double tie = std::min(tolerance, 0.2);
+      std::size_t misses = 0;
       for (std::size_t i = 0; i < tops.size(); ++i) {
-        CAPTURE(i);
         const auto& top = golden.top[i];
-        const auto near = std::find_if(top.begin(), top.end(), [&](const auto& entry) {
-          return static_cast<std::size_t>(entry.first) == tops[i] && entry.second >= top[0].second - tolerance;
+        misses += std::none_of(top.begin(), top.end(), [&](const auto& entry) {
+          return static_cast<std::size_t>(entry.first) == tops[i] && entry.second >= top[0].second - tie;
         });
-        REQUIRE(near != top.end());
       }
+      REQUIRE(misses <= (exact && kv_format != KvFormat::q8 ? 0u : 1u));
     }
   }
 }

@@ -38,8 +38,8 @@ struct ChatMessage {
 /// GGUF token types (tokenizer.ggml.token_type); an empty types list means every token is normal.
 enum class TokenType : std::int32_t { normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6 };
 
-/// Byte-level BPE over a GGUF file's tokenizer.ggml.* tables (model "gpt2", pre-tokenizer "smollm"): encode() with
-/// special tokens, decode(), the end-of-turn stop tokens and the SmolLM2 chat template. Immutable once built.
+/// Byte-level BPE over a GGUF file's tokenizer.ggml.* tables (model "gpt2"; SmolLM2's pre-tokenizer is "smollm"):
+/// encode() with special tokens, decode(), the stop tokens and the SmolLM2 chat template. Immutable once built.
 ///   const auto tokenizer = specdec::llama::Tokenizer::from_gguf(file);
 ///   const std::vector<specdec::Token> ids = tokenizer.encode(specdec::llama::Tokenizer::chat_prompt("Hi"));
 class Tokenizer {
