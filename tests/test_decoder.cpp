@@ -437,6 +437,41 @@ TEST_CASE("bad arguments and misbehaving models raise specdec::Error naming the 
 
 namespace {
 
+/// A target that carries its own draft as its first member: two distinct models at one address.
+struct TargetWithDraft {
+  ToyModel draft{good_draft_config()};
+  ToyModel net{target_config()};
+  std::size_t vocab_size() const { return net.vocab_size(); }
+  std::size_t context_size() const { return net.context_size(); }
+  void truncate(std::size_t n) { net.truncate(n); }
+  const Logits& forward(std::span<const Token> tokens) { return net.forward(tokens); }
+};
+static_assert(Model<TargetWithDraft>);
+
+/// A target that is a ToyModel: its ToyModel part is the same model object, not a second one.
+struct DerivedTarget : ToyModel {
+  DerivedTarget() : ToyModel(target_config()) {}
+};
+
+}  // namespace
+
+TEST_CASE("a draft at the target's address is refused only when it is the same model object", "[decoder][errors]") {
+  TargetWithDraft bundle;
+  REQUIRE(static_cast<const void*>(&bundle.draft) == static_cast<const void*>(&bundle));
+  ToyModel plain_target(target_config());
+  const std::vector<Token> prompt{1, 2, 3};
+  const auto expected = generate_autoregressive(plain_target, Greedy{}, prompt, {.max_new_tokens = 24}).tokens;
+  const auto out = SpeculativeDecoder(bundle.draft, bundle).generate(prompt, {.max_new_tokens = 24, .draft_length = 4});
+  CHECK(out.tokens == expected);
+  CHECK(out.stats.accepted_tokens > 0);
+
+  DerivedTarget derived;
+  CHECK_THROWS_WITH(SpeculativeDecoder(static_cast<ToyModel&>(derived), derived), Catch::Contains("same model object"));
+  CHECK_THROWS_WITH(SpeculativeDecoder(derived, static_cast<ToyModel&>(derived)), Catch::Contains("same model object"));
+}
+
+namespace {
+
 /// A ToyModel whose forward returns its logits as a new matrix of type Result (by value): the Model concept
 /// allows anything that converts to const Logits&.
 template <class Result>

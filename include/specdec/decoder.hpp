@@ -35,11 +35,12 @@ template <Model Draft, Model Target, class Acceptance = Greedy, class DraftLengt
   requires AcceptancePolicy<Acceptance> && DraftLengthPolicy<DraftLength>
 class SpeculativeDecoder {
  public:
-  /// Throws specdec::Error when the vocabularies differ, draft and target are the same object, or a policy's
-  /// parameters are out of range.
+  /// Throws specdec::Error when the vocabularies differ, draft and target are the same object (or one is a
+  /// base-class part of the other; a distinct object at the same address, such as a first member, is fine), or
+  /// a policy's parameters are out of range.
   SpeculativeDecoder(Draft& draft, Target& target, Acceptance acceptance = {}, DraftLength draft_length = {})
       : draft_(draft, "draft"), target_(target, "target"), acceptance_(acceptance), length_(std::move(draft_length)) {
-    if (static_cast<const void*>(&draft) == static_cast<const void*>(&target))
+    if (detail::same_object(draft, target))
       detail::fail("draft and target are the same model object; speculative decoding needs two");
     if (draft_.vocab_size() != target_.vocab_size())
       detail::fail("draft vocabulary has ", draft_.vocab_size(), " tokens, target has ", target_.vocab_size());

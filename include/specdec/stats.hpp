@@ -34,7 +34,8 @@ struct DecodeStats {
   std::size_t reused_prompt_tokens = 0;  // prompt prefix the target already held from an earlier call
   std::vector<std::size_t> drafted_at;   // [draft position]: proposals there that the target examined (all earlier accepted)
   std::vector<std::size_t> accepted_at;  // [draft position]: of those, accepted
-  std::vector<std::size_t> draft_lengths;  // [round]: the draft length asked for in that round
+  std::vector<std::size_t> draft_lengths;  // [round]: that round's draft length, the policy's k capped to the
+                                           // output and context left (RoundReport::requested)
   std::vector<std::size_t> verify_widths;  // [round]: positions the target scored in that round's verify call
   std::vector<double> verify_seconds;      // [round]: wall time of that verify call
   double draft_seconds = 0.0;   // wall time inside the draft's forward calls

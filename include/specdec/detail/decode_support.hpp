@@ -47,6 +47,17 @@ inline Token checked_token(Token token, std::size_t vocab, const char* source) {
   return token;
 }
 
+/// Whether `a` and `b` are one model object: the same object, or one a public base-class part of the other. A
+/// bare address comparison would also call a distinct object at offset 0 inside the other (a draft that is a
+/// target's first member) the same one.
+template <class A, class B>
+bool same_object(const A& a, const B& b) {
+  if constexpr (std::is_same_v<A, B>) return &a == &b;
+  else if constexpr (std::is_convertible_v<const B*, const A*>) return &a == static_cast<const A*>(&b);
+  else if constexpr (std::is_convertible_v<const A*, const B*>) return static_cast<const B*>(&a) == &b;
+  else return false;
+}
+
 /// Throws when the prompt alone is longer than the target's max_context (HasMaxContext), naming both, before
 /// any forward call (the model's own overflow error would speak of its cache, not of the prompt).
 template <class M>
