@@ -15,6 +15,7 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -477,7 +478,8 @@ TEST_CASE("bad tokens, context overflow and bad tensors are reported with the nu
 #if !defined(__SANITIZE_ADDRESS__)  // AddressSanitizer's operator new aborts where it would throw std::bad_alloc
   // 2^40 positions: petabytes of cache, more than a 64-bit Linux process can map (it was a bare std::bad_alloc).
   REQUIRE_THROWS_WITH(LlamaModel(tiny_weights(WeightFormat::quantized), std::size_t{1} << 40, nullptr),
-                      Catch::StartsWith("llama model of max_context 1099511627776: kv cache of ") &&
+                      Catch::StartsWith("llama model of max_context 1099511627776 (2 layers x 2 kv heads = 4 cache "
+                                        "layers): kv cache of 4 layers x ") &&
                           Catch::EndsWith("could not be allocated"));
 #endif
 
@@ -516,17 +518,21 @@ TEST_CASE("a model sized for a long context takes memory only for the positions 
 #endif
 
 /// Forwards `tokens` on `model`, making the 1st, 2nd, ... allocation of the call fail in turn until it succeeds;
-/// records the context size after each failure.
+/// records the context size after each failure. Each failure must be the model's error that names the call's
+/// size; anything else is thrown on.
 specdec::Logits forward_failing_each_allocation(LlamaModel& model, const std::vector<Token>& tokens,
                                                 std::vector<std::size_t>& sizes_after_failure) {
+  const std::string expected = "llama model: out of memory in a forward of " + std::to_string(tokens.size()) +
+                               " positions at context " + std::to_string(model.context_size()) + " (";
   for (long k = 0;; ++k) {
     fail_allocation_after = k;
     try {
       specdec::Logits logits = model.forward(tokens);
       fail_allocation_after = -1;
       return logits;
-    } catch (const std::bad_alloc&) {
+    } catch (const specdec::Error& e) {
       fail_allocation_after = -1;
+      if (!std::string_view(e.what()).starts_with(expected)) throw;
       sizes_after_failure.push_back(model.context_size());
     }
   }

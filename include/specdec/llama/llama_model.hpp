@@ -54,7 +54,8 @@ class LlamaModel {
   std::size_t context_size() const { return state_.context_size(); }
   /// Appends tokens; returns the logits of each appended position, [tokens.size(), vocab_size()], valid until
   /// the next call. Throws specdec::Error for ids outside the vocabulary or when the context would exceed
-  /// max_context(); the model is unchanged then. Out of memory (std::bad_alloc) also leaves the context as it was.
+  /// max_context(); the model is unchanged then. Running out of memory is a specdec::Error that names the
+  /// call's size (its logits and activations), and also leaves the context as it was.
   const Logits& forward(std::span<const Token> tokens) { return state_.forward(tokens); }
   /// Appends tokens without computing logits: the decoder's prompt processing skips the output head this way.
   void append(std::span<const Token> tokens) { state_.append(tokens); }

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <new>
 #include <span>
 #include <thread>
 #include <utility>
@@ -74,15 +75,30 @@ class Transformer : public TransformerAttention {
 
   /// Appends tokens and returns their logits, [tokens, vocab].
   const Logits& forward(std::span<const Token> tokens) {
-    compute(tokens, true);
+    compute_or_fail(tokens, true);
     return logits_;
   }
   /// Appends tokens without their logits (a prompt, a draft's catch-up): the final norm and the output head are
   /// skipped, and the logits buffer is left as it is, so that the next forward() of as many positions reuses it
   /// (a catch-up between two one-position draft steps freed and allocated 196 KB again).
-  void append(std::span<const Token> tokens) { compute(tokens, false); }
+  void append(std::span<const Token> tokens) { compute_or_fail(tokens, false); }
 
  private:
+  /// compute(), with running out of memory reported as a specdec::Error that names the call's size; the
+  /// context is what it was before the call.
+  void compute_or_fail(std::span<const Token> tokens, bool with_logits) {
+    try {
+      compute(tokens, with_logits);
+    } catch (const std::bad_alloc&) {
+      const LlamaConfig& c = config();
+      const double n = double(tokens.size()), mib = 1024.0 * 1024.0;
+      const double activations = 4.0 * n * double(2 * c.embedding + 2 * c.heads * c.head_dim + 2 * c.kv_heads * c.head_dim + 2 * c.ffn);
+      specdec::detail::fail("llama model: out of memory in a forward of ", tokens.size(), " positions at context ",
+                            context_size(), " (", with_logits ? 4.0 * n * double(c.vocab) / mib : 0.0,
+                            " MiB of logits, ", activations / mib, " MiB of activations)");
+    }
+  }
+
   /// forward() and append(): the n tokens at start.. through the model, with or without the logits.
   void compute(std::span<const Token> tokens, bool with_logits) {
     const LlamaConfig& c = config();

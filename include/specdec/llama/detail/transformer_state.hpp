@@ -46,8 +46,9 @@ class TransformerState {
     // A max_context too large for memory is a specdec::Error that names it (the cache's own errors prefixed).
     try {
       allocate_caches(layers, max_context);
-    } catch (const specdec::Error& e) {
-      specdec::detail::fail("llama model of max_context ", max_context, ": ", e.what());
+    } catch (const specdec::Error& e) {  // the cache keeps a layer per (layer, kv head)
+      specdec::detail::fail("llama model of max_context ", max_context, " (", layers, " layers x ", c.kv_heads,
+                            " kv heads = ", layers * c.kv_heads, " cache layers): ", e.what());
     } catch (const std::bad_alloc&) {
       // Keys (twice: rows and transposed blocks) and values per position and layer.
       const double element = kv_format_ == KvFormat::f32 ? 4.0 : kv_format_ == KvFormat::f16 ? 2.0 : 1.0 + 8.0 / double(c.head_dim);
