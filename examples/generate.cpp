@@ -4,6 +4,8 @@
 //   specdec-generate --chat --prompt "Summarise: ..." --draft early-exit:8 --temp 0.7 --sampling coupled --json
 //
 // Reads top-down: arguments -> models -> one run per decoder -> text, summary or JSON.
+#include <algorithm>
+#include <array>
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
@@ -117,13 +119,22 @@ T parse_number(std::string_view flag, std::string_view text) {
   return value;
 }
 
+/// The command line's flags: a value that is one of them is a forgotten value (`--draft --k 3`), not a value.
+constexpr std::array<std::string_view, 20> kFlags{
+    "--help", "-h",     "--model",    "--prompt",  "--chat",    "--draft",    "--k",          "--adaptive",
+    "--max-tokens",     "--temp",     "--top-k",   "--top-p",   "--seed",     "--threads",    "--max-context",
+    "--compare",        "--json",     "--sampling", "--format", "--kv-format"};
+
 Args parse_args(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
     const auto value = [&]() -> std::string_view {
       if (i + 1 >= argc) throw UsageError(std::string(flag) + " needs a value");
-      return argv[++i];
+      const std::string_view next = argv[++i];
+      if (std::find(kFlags.begin(), kFlags.end(), next) != kFlags.end())
+        throw UsageError(std::string(flag) + " needs a value, got the flag '" + std::string(next) + "'");
+      return next;
     };
     a.given.emplace(flag);
     if (flag == "--help" || flag == "-h") {

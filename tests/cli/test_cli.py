@@ -232,6 +232,13 @@ errors = [
     # Control bytes from the command line are escaped: the error stays on one line, nothing reaches a terminal.
     (["--sampling", "a\nb\x1b[2J"], "--sampling expects rejection or coupled, got 'a\\nb\\x1b[2J'"),
 ]
+# A value left out before the next flag is named as such, not taken as the value (the prompt "--chat") or
+# reported as the flag's stray value ("unknown argument '4'"): every flag --help lists, after --prompt.
+help_flags = sorted(set(re.findall(r"^  (--[a-z-]+)", run("--help").stdout, re.M)))
+check("--help lists the flags", len(help_flags) >= 18, help_flags)
+errors += [(["--prompt", f], f"--prompt needs a value, got the flag '{f}'") for f in help_flags]
+errors += [(["--draft", "--max-tokens", "4"], "--draft needs a value, got the flag '--max-tokens'"),
+           (["--k", "-h"], "--k needs a value, got the flag '-h'")]
 for args, message in errors:
     r = run(*args)
     lines = r.stderr.strip().splitlines()
