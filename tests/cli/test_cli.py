@@ -284,20 +284,30 @@ with open("/dev/full", "w") as full:  # every write fails: the output is lost, a
     r = subprocess.run([binary, "--help"], stdout=full, stderr=subprocess.PIPE, text=True)
     check("--help to stdout that cannot be written",
           r.returncode == 2 and r.stderr.strip().endswith("cannot write to standard output"), r.stderr)
-# An error after the text began streaming (a model whose norm weights are NaN: the first logits are NaN) ends the
-# streamed line first, so that the one-line error stands on its own line.
+# An error after the text began streaming ends the streamed line first, so that the one-line error stands on its
+# own line. The model's final norm weights are 3e38: finite, so the file loads, but the output head's products
+# overflow and the first logits are not finite. A NaN weight is refused as the file loads, naming the tensor.
 with tempfile.TemporaryDirectory() as tmp:
-    nan_model = f"{tmp}/nan.gguf"
-    shutil.copyfile(model, nan_model)
-    offset, kind, count = tensor_location(nan_model, "output_norm.weight")
-    assert kind == 0, kind  # f32
-    with open(nan_model, "r+b") as f:
-        f.seek(offset)
-        f.write(struct.pack("<f", float("nan")) * count)
-    r = subprocess.run([binary, "--model", nan_model, "--max-tokens", "4"], capture_output=True, text=True, timeout=600)
-    check("an error after the text began starts on a line of its own",
-          r.returncode == 2 and r.stdout == "The capital of France is\n" and len(r.stderr.strip().splitlines()) == 1
-          and "non-finite logit (nan)" in r.stderr, f"rc={r.returncode} stdout {r.stdout!r} stderr {r.stderr!r}")
+    for value, name in ((3e38, "huge"), (float("nan"), "nan")):
+        bad_model = f"{tmp}/{name}.gguf"
+        shutil.copyfile(model, bad_model)
+        offset, kind, count = tensor_location(bad_model, "output_norm.weight")
+        assert kind == 0, kind  # f32
+        with open(bad_model, "r+b") as f:
+            f.seek(offset)
+            f.write(struct.pack("<f", value) * count)
+        r = subprocess.run([binary, "--model", bad_model, "--max-tokens", "4"], capture_output=True, text=True,
+                           timeout=600)
+        if name == "huge":
+            check("an error after the text began starts on a line of its own",
+                  r.returncode == 2 and r.stdout == "The capital of France is\n" and
+                  len(r.stderr.strip().splitlines()) == 1 and "target returned a non-finite logit (" in r.stderr,
+                  f"rc={r.returncode} stdout {r.stdout!r} stderr {r.stderr!r}")
+        else:
+            check("a NaN weight is an error naming the tensor, before any text",
+                  r.returncode == 2 and r.stdout == "" and len(r.stderr.strip().splitlines()) == 1 and
+                  f"{bad_model}: tensor output_norm.weight holds nan at row 0, column 0" in r.stderr,
+                  f"rc={r.returncode} stdout {r.stdout!r} stderr {r.stderr!r}")
 with open("/dev/full", "w") as full:  # every write fails: the output is lost, and the tool says so
     for mode in ([], ["--json"]):
         r = subprocess.run([binary, "--model", model, "--max-tokens", "2", *mode], stdout=full, stderr=subprocess.PIPE,

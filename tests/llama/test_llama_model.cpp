@@ -1,5 +1,6 @@
 // Tests of the llama forward pass: a tiny random llama written with the GGUF test writer, checked against a
 // naive double-precision reference and for batch invariance, and the real SmolLM2 file end to end.
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -775,16 +776,66 @@ TEST_CASE("bad hyperparameters are rejected with the file and the key named, bef
   REQUIRE_THROWS_WITH(with({{"llama.vocab_size", 0}}), Catch::Contains("llama.vocab_size (or the token count) is 0"));
 }
 
+TEST_CASE("a weight that is not finite is an error naming the file, the tensor and where, in every format",
+          "[llama]") {
+  // A float tensor's value is checked as it is dequantised; a quant block kept as it is, by its f16 scale (and
+  // Q4_1's minimum); in the float formats the block's values are dequantised and checked.
+  TinyOptions options;
+  options.nan_tensor = "blk.1.ffn_norm.weight";
+  const auto nan_norm = specdec::gguf::File::from_bytes(tiny_llama(options), "tiny.gguf");
+  for (const WeightFormat format : all_formats)
+    CHECK_THROWS_WITH(LlamaWeights::load(nan_norm, format),
+                      "tiny.gguf: tensor blk.1.ffn_norm.weight holds nan at row 0, column 5: a model's weights must be "
+                      "finite");
+  // Bits written into a clean file's tensors: (tensor, byte offset in its data, 16 bits, what the block
+  // formats' error says, what the float formats' says).
+  const std::vector<std::byte> clean = tiny_llama();
+  const auto clean_file = specdec::gguf::File::from_bytes(clean, "tiny.gguf");
+  struct Case {
+    std::string tensor;
+    std::size_t offset;
+    std::uint16_t bits;
+    std::string kept, dequantised;
+  };
+  const Case cases[] = {
+      {"blk.0.attn_output.weight", 2 * (64 * 2 + 3), 0x7C00, "holds inf at row 2, column 3", ""},  // F16
+      {"blk.1.attn_v.weight", 2 * (64 + 1), 0xFF80, "holds -inf at row 1, column 1", ""},         // BF16
+      {"token_embd.weight", 34 * 3, 0x7E00, "holds nan as the scale of block 1 of row 1 (columns 32..63)",
+       "holds nan at row 1, column 32"},  // Q8_0, 2 blocks a row
+      {"blk.0.attn_q.weight", 2, 0x7C00, "holds inf as the minimum of block 0 of row 0 (columns 0..31)",
+       "holds inf at row 0, column 0"},  // Q4_1
+      {"blk.1.attn_k.weight", 18 * 5, 0x7E00, "holds nan as the scale of block 1 of row 2 (columns 32..63)",
+       "holds nan at row 2, column 32"},  // Q4_0
+  };
+  for (const Case& c : cases) {
+    std::vector<std::byte> bytes = clean;
+    const auto data = clean_file.tensor(c.tensor).data;  // inside the file's own copy: found in `clean`
+    const auto at = std::search(bytes.begin(), bytes.end(), data.begin(), data.end());
+    REQUIRE(at != bytes.end());
+    std::memcpy(&*at + c.offset, &c.bits, 2);
+    const auto file = specdec::gguf::File::from_bytes(std::move(bytes), "tiny.gguf");
+    for (const WeightFormat format : all_formats) {
+      const bool kept = format == WeightFormat::quantized || format == WeightFormat::quantized_dot;
+      const std::string& where = kept || c.dequantised.empty() ? c.kept : c.dequantised;
+      CAPTURE(c.tensor, specdec::llama::to_string(format));
+      CHECK_THROWS_WITH(LlamaWeights::load(file, format), "tiny.gguf: tensor " + c.tensor + " " + where +
+                                                              ": a model's weights must be finite");
+    }
+  }
+}
+
 TEST_CASE("a NaN weight reaches the logits in every format: no block quantisation turns it into a number",
           "[llama]") {
   // A NaN in a norm's weights makes one input of the next products NaN, and those only: the residual stays
   // finite, so the logits are non-finite only if every product passes the NaN on (the decoder then refuses them).
-  TinyOptions options;
-  options.nan_tensor = "blk.1.ffn_norm.weight";
-  const auto file = specdec::gguf::File::from_bytes(tiny_llama(options), "tiny.gguf");
+  // Loading refuses a NaN weight (above), so it is written into the loaded weights; the model's weights are
+  // shared as const, but the object was made non-const.
+  const auto file = specdec::gguf::File::from_bytes(tiny_llama(), "tiny.gguf");
   for (const WeightFormat format : all_formats) {
     CAPTURE(specdec::llama::to_string(format));
-    LlamaModel model(LlamaWeights::load(file, format), 16, std::make_shared<ThreadPool>(1));
+    const auto weights = LlamaWeights::load(file, format);
+    const_cast<std::vector<float>&>(weights->layer(1).ffn_norm)[5] = std::numeric_limits<float>::quiet_NaN();
+    LlamaModel model(weights, 16, std::make_shared<ThreadPool>(1));
     const Token tokens[] = {3, 5};
     const auto& logits = model.forward(tokens);
     for (Eigen::Index p = 0; p < logits.rows(); ++p)

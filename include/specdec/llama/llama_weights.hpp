@@ -6,6 +6,8 @@
 #include <array>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <new>
@@ -236,7 +238,44 @@ class LlamaWeights {
     return *t;
   }
 
-  static std::vector<float> vector(const gguf::TensorInfo& t) { return gguf::dequantize(t); }
+  static std::vector<float> vector(const gguf::TensorInfo& t) {
+    std::vector<float> values = gguf::dequantize(t);
+    check_finite(t, 0, values.data(), values.size());
+    return values;
+  }
+
+  /// Throws specdec::Error naming the tensor and the place unless row `r` of `t`, dequantised into `row`, is
+  /// finite: a NaN or infinite weight would otherwise surface as a non-finite logit, far from its cause.
+  static void check_finite(const gguf::TensorInfo& t, std::size_t r, const float* row, std::size_t n) {
+    std::uint32_t all_ones = 0;  // exponent bits all set (inf or NaN) anywhere: a loop the compiler vectorises
+    for (std::size_t k = 0; k < n; ++k) {
+      std::uint32_t bits;
+      std::memcpy(&bits, row + k, 4);
+      all_ones |= (bits & 0x7F800000u) == 0x7F800000u;
+    }
+    if (all_ones == 0) return;
+    for (std::size_t k = 0; k < n; ++k)
+      if (!std::isfinite(row[k]))
+        specdec::detail::fail("tensor ", t.name, " holds ", row[k], " at row ", r, ", column ", k,
+                              ": a model's weights must be finite");
+  }
+
+  /// The same for quant blocks kept as they are (Q8_0, Q4_0, Q4_1): their f16 scales (and Q4_1's minimums) are
+  /// finite, so every value is. `scales` is 1 or 2, the f16 values at the start of each block.
+  static void check_finite_scales(const gguf::TensorInfo& t, std::size_t scales) {
+    const std::size_t block = gguf::type_size(t.type), per_row = t.row_length() / gguf::block_size(t.type);
+    const std::byte* data = t.data.data();
+    for (std::size_t b = 0, blocks = t.data.size() / block; b < blocks; ++b)
+      for (std::size_t s = 0; s < scales; ++s) {
+        std::uint16_t h;
+        std::memcpy(&h, data + b * block + 2 * s, 2);
+        if ((h & 0x7C00u) == 0x7C00u)  // exponent all ones: inf or NaN
+          specdec::detail::fail("tensor ", t.name, " holds ", gguf::fp16_to_float(h), " as the ",
+                                s == 0 ? "scale" : "minimum", " of block ", b % per_row, " of row ", b / per_row,
+                                " (columns ", b % per_row * gguf::block_size(t.type), "..",
+                                (b % per_row + 1) * gguf::block_size(t.type) - 1, "): a model's weights must be finite");
+      }
+  }
 
   /// The tensor `name` (require) repacked (matrix); out of memory is a specdec::Error that names it.
   static PackedMatrix matrix(const TensorLookup& lookup, const std::string& name,
@@ -256,6 +295,10 @@ class LlamaWeights {
   /// inputs instead of 24-bit ones.
   static PackedMatrix matrix(const gguf::TensorInfo& t, WeightFormat format) {
     const std::size_t rows = t.rows(), cols = t.row_length();
+    if (format == WeightFormat::quantized_dot || format == WeightFormat::quantized) {
+      if (t.type == gguf::TensorType::Q8_0 || t.type == gguf::TensorType::Q4_0) check_finite_scales(t, 1);
+      if (t.type == gguf::TensorType::Q4_1) check_finite_scales(t, 2);
+    }
     if (format == WeightFormat::quantized_dot) {
       switch (t.type) {
         case gguf::TensorType::Q8_0: return PackedMatrix::from_blocks(rows, cols, PanelEncoding::q8_0_dot, t.data.data());
@@ -276,8 +319,10 @@ class LlamaWeights {
     if (format == WeightFormat::bf16 || (format == WeightFormat::quantized && t.type == gguf::TensorType::BF16))
       encoding = PanelEncoding::bf16;
     if (format == WeightFormat::bf16_dot) encoding = PanelEncoding::bf16_dot;
-    return PackedMatrix::from_rows(rows, cols, encoding,
-                                   [&](std::size_t r, float* out) { t.dequantize_row(r, out); });
+    return PackedMatrix::from_rows(rows, cols, encoding, [&](std::size_t r, float* out) {
+      t.dequantize_row(r, out);
+      check_finite(t, r, out, cols);
+    });
   }
 
   LlamaConfig config_;
