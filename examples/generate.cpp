@@ -5,13 +5,13 @@
 //
 // Reads top-down: arguments -> models -> one run per decoder -> text, summary or JSON.
 #include <algorithm>
-#include <array>
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <initializer_list>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <set>
@@ -120,10 +120,10 @@ T parse_number(std::string_view flag, std::string_view text) {
 }
 
 /// The command line's flags: a value that is one of them is a forgotten value (`--draft --k 3`), not a value.
-constexpr std::array<std::string_view, 20> kFlags{
-    "--help", "-h",     "--model",    "--prompt",  "--chat",    "--draft",    "--k",          "--adaptive",
-    "--max-tokens",     "--temp",     "--top-k",   "--top-p",   "--seed",     "--threads",    "--max-context",
-    "--compare",        "--json",     "--sampling", "--format", "--kv-format"};
+constexpr std::string_view kFlags[] = {"--help",  "-h",          "--model",   "--prompt",  "--chat",
+                                       "--draft", "--k",         "--adaptive", "--max-tokens", "--temp",
+                                       "--top-k", "--top-p",     "--seed",    "--threads", "--max-context",
+                                       "--compare", "--json",    "--sampling", "--format", "--kv-format"};
 
 Args parse_args(int argc, char** argv) {
   Args a;
@@ -132,7 +132,7 @@ Args parse_args(int argc, char** argv) {
     const auto value = [&]() -> std::string_view {
       if (i + 1 >= argc) throw UsageError(std::string(flag) + " needs a value");
       const std::string_view next = argv[++i];
-      if (std::find(kFlags.begin(), kFlags.end(), next) != kFlags.end())
+      if (std::find(std::begin(kFlags), std::end(kFlags), next) != std::end(kFlags))
         throw UsageError(std::string(flag) + " needs a value, got the flag '" + std::string(next) + "'");
       return next;
     };

@@ -453,6 +453,14 @@ struct DerivedTarget : ToyModel {
   DerivedTarget() : ToyModel(target_config()) {}
 };
 
+/// The same through a private base, which no conversion outside the class reaches.
+class PrivatelyDerivedTarget : private ToyModel {
+ public:
+  PrivatelyDerivedTarget() : ToyModel(target_config()) {}
+  using ToyModel::context_size, ToyModel::forward, ToyModel::truncate, ToyModel::vocab_size;
+  ToyModel& base() { return *this; }
+};
+
 }  // namespace
 
 TEST_CASE("a draft at the target's address is refused only when it is the same model object", "[decoder][errors]") {
@@ -468,6 +476,8 @@ TEST_CASE("a draft at the target's address is refused only when it is the same m
   DerivedTarget derived;
   CHECK_THROWS_WITH(SpeculativeDecoder(static_cast<ToyModel&>(derived), derived), Catch::Contains("same model object"));
   CHECK_THROWS_WITH(SpeculativeDecoder(derived, static_cast<ToyModel&>(derived)), Catch::Contains("same model object"));
+  PrivatelyDerivedTarget hidden;
+  CHECK_THROWS_WITH(SpeculativeDecoder(hidden.base(), hidden), Catch::Contains("same model object"));
 }
 
 namespace {

@@ -1,6 +1,5 @@
 // Tests of the llama forward pass: a tiny random llama written with the GGUF test writer, checked against a
 // naive double-precision reference and for batch invariance, and the real SmolLM2 file end to end.
-#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -587,6 +586,21 @@ TEST_CASE("running out of memory in the middle of a forward leaves the context a
       CHECK(std::memcmp(got_after.data(), expected_after.data(), expected_after.size() * sizeof(float)) == 0);
     }
   }
+  // An append (no logits) says so; its first allocation is the activation buffers'.
+  LlamaModel fresh(tiny_weights(WeightFormat::quantized_dot), 64, nullptr);
+  std::string message;
+  fail_allocation_after = 0;
+  try {
+    fresh.append(batch);
+  } catch (const specdec::Error& e) {
+    fail_allocation_after = -1;
+    message = e.what();
+  }
+  fail_allocation_after = -1;
+  CHECK_THAT(message, Catch::StartsWith("llama model: out of memory in an append of 40 positions at context 0 (no "
+                                        "logits, about 0.") &&
+                          Catch::EndsWith(" MiB of activations)"));
+  CHECK(fresh.context_size() == 0);
 }
 
 TEST_CASE("revision() changes with every forward, append and truncate", "[llama]") {
@@ -807,12 +821,30 @@ TEST_CASE("a weight that is not finite is an error naming the file, the tensor a
       {"blk.1.attn_k.weight", 18 * 5, 0x7E00, "holds nan as the scale of block 1 of row 2 (columns 32..63)",
        "holds nan at row 2, column 32"},  // Q4_0
   };
+  // A finite f32 weight of 3.4e38 rounds to inf in bfloat16: refused there, kept in the other formats.
+  {
+    const std::vector<std::byte> separate = tiny_llama(separate_output(true));
+    const auto separate_file = specdec::gguf::File::from_bytes(separate, "tiny.gguf");
+    std::vector<std::byte> bytes = separate;
+    const auto start = separate_file.tensor("output.weight").data.data() - separate_file.bytes().data();
+    const float huge = 3.4e38f;
+    std::memcpy(bytes.data() + start + 4 * (64 * 1 + 2), &huge, 4);
+    const auto file = specdec::gguf::File::from_bytes(std::move(bytes), "tiny.gguf");
+    for (const WeightFormat format : all_formats) {
+      CAPTURE(specdec::llama::to_string(format));
+      if (format == WeightFormat::bf16 || format == WeightFormat::bf16_dot)
+        CHECK_THROWS_WITH(LlamaWeights::load(file, format),
+                          Catch::StartsWith("tiny.gguf: tensor output.weight holds 3.4") &&
+                              Catch::EndsWith(" at row 1, column 2, which rounds to inf in bfloat16: a model's weights "
+                                              "must be finite"));
+      else
+        CHECK_NOTHROW(LlamaWeights::load(file, format));
+    }
+  }
   for (const Case& c : cases) {
     std::vector<std::byte> bytes = clean;
-    const auto data = clean_file.tensor(c.tensor).data;  // inside the file's own copy: found in `clean`
-    const auto at = std::search(bytes.begin(), bytes.end(), data.begin(), data.end());
-    REQUIRE(at != bytes.end());
-    std::memcpy(&*at + c.offset, &c.bits, 2);
+    const auto start = clean_file.tensor(c.tensor).data.data() - clean_file.bytes().data();
+    std::memcpy(bytes.data() + start + c.offset, &c.bits, 2);
     const auto file = specdec::gguf::File::from_bytes(std::move(bytes), "tiny.gguf");
     for (const WeightFormat format : all_formats) {
       const bool kept = format == WeightFormat::quantized || format == WeightFormat::quantized_dot;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -47,14 +48,18 @@ inline Token checked_token(Token token, std::size_t vocab, const char* source) {
   return token;
 }
 
-/// Whether `a` and `b` are one model object: the same object, or one a public base-class part of the other. A
-/// bare address comparison would also call a distinct object at offset 0 inside the other (a draft that is a
-/// target's first member) the same one.
+/// Whether `a` and `b` are one model object: the same object, or one a base-class part of the other. A bare
+/// address comparison would also call a distinct object at offset 0 inside the other (a draft that is a
+/// target's first member) the same one. A private or ambiguous base, which no pointer conversion reaches, is
+/// compared by address.
 template <class A, class B>
 bool same_object(const A& a, const B& b) {
-  if constexpr (std::is_same_v<A, B>) return &a == &b;
-  else if constexpr (std::is_convertible_v<const B*, const A*>) return &a == static_cast<const A*>(&b);
-  else if constexpr (std::is_convertible_v<const A*, const B*>) return static_cast<const B*>(&a) == &b;
+  const void* const pa = std::addressof(a);
+  const void* const pb = std::addressof(b);
+  if constexpr (std::is_same_v<A, B>) return pa == pb;
+  else if constexpr (std::is_convertible_v<const B*, const A*>) return pa == static_cast<const A*>(std::addressof(b));
+  else if constexpr (std::is_convertible_v<const A*, const B*>) return static_cast<const B*>(std::addressof(a)) == pb;
+  else if constexpr (std::is_base_of_v<A, B> || std::is_base_of_v<B, A>) return pa == pb;
   else return false;
 }
 

@@ -34,7 +34,7 @@ class LlamaModel {
  public:
   /// Opens a GGUF file and loads it in options.format. Throws specdec::Error on 0 threads or max_context (before
   /// the file is read), unreadable files, missing keys or tensors, tensor shapes that disagree with the
-  /// hyperparameters, and a thread count or max_context the machine cannot provide.
+  /// hyperparameters, weights that are not finite, and a thread count or max_context the machine cannot provide.
   static LlamaModel load(const std::filesystem::path& path, const LoadOptions& options = {}) {
     if (options.threads == 0) specdec::detail::fail("LoadOptions::threads must be at least 1, got 0");
     if (options.max_context == 0) specdec::detail::fail("LoadOptions::max_context must be at least 1, got 0");

@@ -160,7 +160,8 @@ class LlamaWeights {
   using TensorLookup = std::function<const gguf::TensorInfo*(std::string_view)>;
 
   /// Loads and repacks every tensor of a llama GGUF file.
-  /// Throws specdec::Error on a missing tensor or a shape that does not match the config.
+  /// Throws specdec::Error on a missing tensor, a shape that does not match the config, or a weight that is not
+  /// finite as `format` stores it (naming the tensor and where).
   static std::shared_ptr<const LlamaWeights> load(const gguf::File& file, WeightFormat format) {
     const LlamaConfig config = LlamaConfig::from_gguf(file);
     return gguf::naming_file(
@@ -244,19 +245,30 @@ class LlamaWeights {
     return values;
   }
 
+  /// The magnitude bits from which a float is not finite as `encoding` stores it: inf and NaN in f32; in
+  /// bfloat16 also the finite floats from 0x7F7F8000 up (about 3.3961e38), which round to inf.
+  static std::uint32_t first_non_finite_bits(PanelEncoding encoding) {
+    return encoding == PanelEncoding::f32 ? 0x7F800000u : 0x7F7F8000u;
+  }
+
   /// Throws specdec::Error naming the tensor and the place unless row `r` of `t`, dequantised into `row`, is
-  /// finite: a NaN or infinite weight would otherwise surface as a non-finite logit, far from its cause.
-  static void check_finite(const gguf::TensorInfo& t, std::size_t r, const float* row, std::size_t n) {
-    std::uint32_t all_ones = 0;  // exponent bits all set (inf or NaN) anywhere: a loop the compiler vectorises
-    for (std::size_t k = 0; k < n; ++k) {
+  /// finite as `encoding` stores it: a NaN or infinite weight would otherwise surface as a non-finite logit, far
+  /// from its cause.
+  static void check_finite(const gguf::TensorInfo& t, std::size_t r, const float* row, std::size_t n,
+                           PanelEncoding encoding = PanelEncoding::f32) {
+    const std::uint32_t limit = first_non_finite_bits(encoding);
+    const auto magnitude = [&](std::size_t k) {
       std::uint32_t bits;
       std::memcpy(&bits, row + k, 4);
-      all_ones |= (bits & 0x7F800000u) == 0x7F800000u;
-    }
-    if (all_ones == 0) return;
+      return bits & 0x7FFFFFFFu;
+    };
+    std::uint32_t over = 0;  // any value at or past the limit: a loop the compiler vectorises
+    for (std::size_t k = 0; k < n; ++k) over |= magnitude(k) >= limit;
+    if (over == 0) return;
     for (std::size_t k = 0; k < n; ++k)
-      if (!std::isfinite(row[k]))
+      if (magnitude(k) >= limit)
         specdec::detail::fail("tensor ", t.name, " holds ", row[k], " at row ", r, ", column ", k,
+                              std::isfinite(row[k]) ? ", which rounds to inf in bfloat16" : "",
                               ": a model's weights must be finite");
   }
 
@@ -321,7 +333,7 @@ class LlamaWeights {
     if (format == WeightFormat::bf16_dot) encoding = PanelEncoding::bf16_dot;
     return PackedMatrix::from_rows(rows, cols, encoding, [&](std::size_t r, float* out) {
       t.dequantize_row(r, out);
-      check_finite(t, r, out, cols);
+      check_finite(t, r, out, cols, encoding);
     });
   }
 

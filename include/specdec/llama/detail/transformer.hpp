@@ -92,10 +92,14 @@ class Transformer : public TransformerAttention {
     } catch (const std::bad_alloc&) {
       const LlamaConfig& c = config();
       const double n = double(tokens.size()), mib = 1024.0 * 1024.0;
+      // The main activation buffers (reserve); the quantised inputs and the kernels' scratch add a little.
       const double activations = 4.0 * n * double(2 * c.embedding + 2 * c.heads * c.head_dim + 2 * c.kv_heads * c.head_dim + 2 * c.ffn);
-      specdec::detail::fail("llama model: out of memory in a forward of ", tokens.size(), " positions at context ",
-                            context_size(), " (", with_logits ? 4.0 * n * double(c.vocab) / mib : 0.0,
-                            " MiB of logits, ", activations / mib, " MiB of activations)");
+      if (with_logits)
+        specdec::detail::fail("llama model: out of memory in a forward of ", tokens.size(), " positions at context ",
+                              context_size(), " (", 4.0 * n * double(c.vocab) / mib, " MiB of logits, about ",
+                              activations / mib, " MiB of activations)");
+      specdec::detail::fail("llama model: out of memory in an append of ", tokens.size(), " positions at context ",
+                            context_size(), " (no logits, about ", activations / mib, " MiB of activations)");
     }
   }
 
