@@ -12,6 +12,7 @@
 #include <memory>
 #include <new>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -21,6 +22,7 @@
 #include "specdec/error.hpp"
 #include "specdec/llama/gguf.hpp"
 #include "specdec/llama/packed_matrix.hpp"
+#include "specdec/sampling.hpp"
 #include "specdec/tensor.hpp"
 
 namespace specdec::llama {
@@ -257,19 +259,12 @@ class LlamaWeights {
   static void check_finite(const gguf::TensorInfo& t, std::size_t r, const float* row, std::size_t n,
                            PanelEncoding encoding = PanelEncoding::f32) {
     const std::uint32_t limit = first_non_finite_bits(encoding);
-    const auto magnitude = [&](std::size_t k) {
-      std::uint32_t bits;
-      std::memcpy(&bits, row + k, 4);
-      return bits & 0x7FFFFFFFu;
-    };
-    std::uint32_t over = 0;  // any value at or past the limit: a loop the compiler vectorises
-    for (std::size_t k = 0; k < n; ++k) over |= magnitude(k) >= limit;
-    if (over == 0) return;
-    for (std::size_t k = 0; k < n; ++k)
-      if (magnitude(k) >= limit)
-        specdec::detail::fail("tensor ", t.name, " holds ", row[k], " at row ", r, ", column ", k,
-                              std::isfinite(row[k]) ? ", which rounds to inf in bfloat16" : "",
-                              ": a model's weights must be finite");
+    const auto bad = specdec::detail::first_bits_where(
+        std::span<const float>(row, n), [limit](std::uint32_t bits) { return (bits & 0x7FFFFFFFu) >= limit; });
+    if (bad)
+      specdec::detail::fail("tensor ", t.name, " holds ", row[*bad], " at row ", r, ", column ", *bad,
+                            std::isfinite(row[*bad]) ? ", which rounds to inf in bfloat16" : "",
+                            ": a model's weights must be finite");
   }
 
   /// The same for quant blocks kept as they are (Q8_0, Q4_0, Q4_1): their f16 scales (and Q4_1's minimums) are
