@@ -162,7 +162,7 @@ class SpeculativeDecoder {
       const auto last = logits.rows() - 1;
       const std::span<const float> row(logits.row(last).data(), static_cast<std::size_t>(logits.cols()));
       if (is_flat(row)) break;
-      if (options.draft_p_min > 0.0f && top_probability(row) < options.draft_p_min) break;
+      if (options.draft_p_min > 0.0f && top_probability(row) < static_cast<double>(options.draft_p_min)) break;
       if constexpr (HasDraftBudget<Draft>) {
         if (i == 0) k = std::min<std::size_t>(k, draft_.model().draft_budget());
         if (i >= k) break;

@@ -182,7 +182,7 @@ class AdaptiveDraftLength {
     // the moving averages for good: such a round teaches acceptance only.
     const bool timed = [&] {
       for (double t : {report.draft_seconds, report.catch_up_seconds, report.verify_seconds, report.round_seconds})
-        if (!(t >= 0.0 && t < INFINITY)) return false;
+        if (!(t >= 0.0 && std::isfinite(t))) return false;
       return true;
     }();
     if (!timed) {

@@ -274,7 +274,7 @@ inline void transform_dense(std::span<const float> row, const SamplingParams& pa
     out[top] = static_cast<double>(weights[static_cast<Eigen::Index>(top)]) / sum;
     order.push_back(static_cast<std::uint32_t>(top));
   }
-  const double kept = keep_top_p(out, order, params.top_p);
+  const double kept = keep_top_p(out, order, static_cast<double>(params.top_p));
   for (std::uint32_t i : order) out[i] /= kept;
 }
 

@@ -78,7 +78,7 @@ class ToyModel {
     std::uint64_t key = 0x9E3779B97F4A7C15ull;
     const std::size_t first = context_.size() > config_.window ? context_.size() - config_.window : 0;
     for (std::size_t i = first; i < context_.size(); ++i)
-      key = (key ^ static_cast<std::uint64_t>(context_[i] + 1)) * 0x100000001B3ull + (key >> 29);
+      key = (key ^ static_cast<std::uint64_t>(context_[i] + 1)) * std::uint64_t{0x100000001B3} + (key >> 29);
     return key ^ (context_.size() - first);
   }
   /// A standard normal deviate by Box-Muller from two counter-based uniforms.

@@ -1,4 +1,5 @@
-// specdec/detail/quiet_warnings.hpp — SPECDEC_AVX512_WARNINGS_OFF / _ON around code that GCC 12 misreports.
+// specdec/detail/quiet_warnings.hpp — SPECDEC_AVX512_WARNINGS_OFF / _ON and SPECDEC_SIGN_WARNINGS_OFF / _ON
+// around code that GCC 12 misreports.
 //
 // GCC 12 reports the placeholder operand of its own AVX-512 intrinsics (`__m512 __Y = __Y;` from
 // _mm512_undefined_ps and the like, in avx512fintrin.h) as used uninitialised wherever code that uses those
@@ -16,4 +17,21 @@
 #else
 #define SPECDEC_AVX512_WARNINGS_OFF
 #define SPECDEC_AVX512_WARNINGS_ON
+#endif
+
+// Under -Wsign-conversion GCC 12 reports two things that convert no value's sign:
+// - an array whose bound is an int template parameter, such as the kernels' register tiles (`__m512 acc[R][P]`),
+//   though the bound is a positive constant;
+// - unoptimised, some AVX-512 intrinsics are macros (in avx512fintrin.h) that pass the mask (__mmask16)(-1) to a
+//   builtin taking a short, reported at the line that calls them.
+// Clang reports neither. The pair switches -Wsign-conversion off under GCC for the source text between them;
+// clang still checks that text (the "headers: strict warnings" test builds with both).
+#if defined(__GNUC__) && !defined(__clang__)
+#define SPECDEC_SIGN_WARNINGS_OFF \
+  _Pragma("GCC diagnostic push")  \
+  _Pragma("GCC diagnostic ignored \"-Wsign-conversion\"")
+#define SPECDEC_SIGN_WARNINGS_ON _Pragma("GCC diagnostic pop")
+#else
+#define SPECDEC_SIGN_WARNINGS_OFF
+#define SPECDEC_SIGN_WARNINGS_ON
 #endif

@@ -200,7 +200,7 @@ inline std::pair<bool, std::uint64_t> load_integer(ValueType t, const std::byte*
   }
 }
 inline double load_number(ValueType t, const std::byte* p) {
-  if (t == ValueType::FLOAT32) return load<float>(p);
+  if (t == ValueType::FLOAT32) return static_cast<double>(load<float>(p));
   if (t == ValueType::FLOAT64) return load<double>(p);
   const auto [negative, bits] = load_integer(t, p);
   return negative ? double(std::int64_t(bits)) : double(bits);

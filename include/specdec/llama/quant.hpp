@@ -144,7 +144,7 @@ inline std::int32_t load_i32(const std::byte* p) {
   return v;
 }
 inline float load_f16(const std::byte* p) { return fp16_to_float(load_u16(p)); }
-inline std::uint8_t u8(const std::byte* p, std::size_t i) { return std::to_integer<std::uint8_t>(p[i]); }
+inline std::uint8_t u8(const std::byte* p, int i) { return std::to_integer<std::uint8_t>(p[i]); }
 
 // Q4_0: f16 d; u8 qs[16]. y[j] = (lo(qs[j]) - 8)·d, y[j+16] = (hi(qs[j]) - 8)·d.
 inline void dequantize_block_q4_0(const std::byte* b, float* y) {
@@ -214,7 +214,7 @@ inline void dequantize_block_q3_k(const std::byte* b, float* y) {
   const std::byte* qs = b + 32;
   const std::byte* packed = b + 96;
   const float d = load_f16(b + 108);
-  std::array<int, 16> scale{};
+  int scale[16]{};
   for (int k = 0; k < 16; ++k) {
     const int low = k < 8 ? (u8(packed, k) & 0xF) : (u8(packed, k - 8) >> 4);
     const int high = (u8(packed, 8 + k % 4) >> (2 * (k / 4))) & 3;

@@ -195,8 +195,8 @@ class Tokenizer {
   /// The bytes a token stands for: normal tokens their decoded bytes (possibly part of a UTF-8 character),
   /// other tokens (control, user-defined, ...) their text as written in the vocabulary.
   std::string token_bytes(Token t) const {
-    checked(t);
-    return type(t) == TokenType::normal ? bytes_[t] : tokens_[t];
+    const std::size_t i = checked(t);
+    return type(t) == TokenType::normal ? bytes_[i] : tokens_[i];
   }
 
   /// Concatenates the bytes of the tokens; control, unknown, unused and byte-type tokens give nothing.
@@ -272,9 +272,9 @@ class Tokenizer {
     }
     // Longest first, so a special token containing another one wins (llama.cpp's order; ties by id).
     std::stable_sort(specials_.begin(), specials_.end(),
-                     [&](Token a, Token b) { return tokens_[a].size() > tokens_[b].size(); });
+                     [&](Token a, Token b) { return tokens_[checked(a)].size() > tokens_[checked(b)].size(); });
     byte_tokens_.fill(-1);
-    for (int b = 0; b < 256; ++b) {
+    for (std::size_t b = 0; b < 256; ++b) {
       std::string character;
       detail::append_utf8(character, detail::byte_to_codepoint[b]);
       // Whatever the token's type, as llama.cpp looks tokens up by text alone: a control token "a" still starts
@@ -313,8 +313,8 @@ class Tokenizer {
     std::vector<Fragment> fragments{{text, -1}};
     std::vector<Fragment> next;
     for (const Token special : specials_) {
-      if (!parse_special && types_[special] != static_cast<std::int32_t>(TokenType::user_defined)) continue;
-      const std::string_view needle = tokens_[special];
+      if (!parse_special && type(special) != TokenType::user_defined) continue;
+      const std::string_view needle = tokens_[checked(special)];
       next.clear();
       for (const Fragment& f : fragments) {
         if (f.token >= 0) {

@@ -13,6 +13,8 @@
 
 namespace specdec::llama::detail {
 
+SPECDEC_SIGN_WARNINGS_OFF  // the register tiles' bounds (see quiet_warnings.hpp)
+
 #if defined(SPECDEC_ATTENTION_AVX2)
 /// 8 stored keys or values as floats (half precision widened exactly by vcvtph2ps).
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
@@ -81,14 +83,15 @@ void row_scores_avx2(const AttentionGroup<T>& a, std::size_t r) {
     const KeyBlockAvx2<T> block(a, b, blocks);
     __m256 acc[2][4];
     SPECDEC_UNROLL for (int m = 0; m < 4; ++m) {
-      if (ask) block.ask(m * part);
-      const __m256 qv = _mm256_set1_ps(q[m * part]);
-      SPECDEC_UNROLL for (int half = 0; half < 2; ++half) acc[half][m] = _mm256_mul_ps(qv, block.load(m * part, half));
+      if (ask) block.ask(std::size_t(m) * part);
+      const __m256 qv = _mm256_set1_ps(q[std::size_t(m) * part]);
+      SPECDEC_UNROLL for (int half = 0; half < 2; ++half)
+        acc[half][m] = _mm256_mul_ps(qv, block.load(std::size_t(m) * part, half));
     }
     for (std::size_t c = 1; c < part; ++c)
       SPECDEC_UNROLL for (int m = 0; m < 4; ++m) {
-        const std::size_t col = m * part + c;
-        if (ask) block.ask(col, c * 4 + m);
+        const std::size_t col = std::size_t(m) * part + c;
+        if (ask) block.ask(col, c * 4 + std::size_t(m));
         const __m256 qv = _mm256_set1_ps(q[col]);
         SPECDEC_UNROLL for (int half = 0; half < 2; ++half)
           acc[half][m] = _mm256_fmadd_ps(qv, block.load(col, half), acc[half][m]);
@@ -106,7 +109,7 @@ void group_scores_avx2(const AttentionGroup<T>& a, std::size_t r0) {
   static_assert(H >= 2 && H <= 3);
   const std::size_t part = a.d / 4, blocks = (a.row_keys(r0) + key_block - 1) / key_block;
   const float* q[H];
-  SPECDEC_UNROLL for (int h = 0; h < H; ++h) q[h] = a.q_row(r0 + h);
+  SPECDEC_UNROLL for (int h = 0; h < H; ++h) q[h] = a.q_row(r0 + std::size_t(h));
   const __m256 scale = _mm256_set1_ps(a.scale);
   const bool ask = a.positions <= 5;
   for (std::size_t b = 0; b < blocks; ++b) {
@@ -115,20 +118,21 @@ void group_scores_avx2(const AttentionGroup<T>& a, std::size_t r0) {
       const bool asks = ask && half == 0;
       __m256 acc[H][4];
       SPECDEC_UNROLL for (int m = 0; m < 4; ++m) {
-        if (asks) block.ask(m * part);
-        const __m256 k = block.load(m * part, half);
-        SPECDEC_UNROLL for (int h = 0; h < H; ++h) acc[h][m] = _mm256_mul_ps(_mm256_set1_ps(q[h][m * part]), k);
+        if (asks) block.ask(std::size_t(m) * part);
+        const __m256 k = block.load(std::size_t(m) * part, half);
+        SPECDEC_UNROLL for (int h = 0; h < H; ++h)
+          acc[h][m] = _mm256_mul_ps(_mm256_set1_ps(q[h][std::size_t(m) * part]), k);
       }
       for (std::size_t c = 1; c < part; ++c)
         SPECDEC_UNROLL for (int m = 0; m < 4; ++m) {
-          const std::size_t col = m * part + c;
-          if (asks) block.ask(col, c * 4 + m);
+          const std::size_t col = std::size_t(m) * part + c;
+          if (asks) block.ask(col, c * 4 + std::size_t(m));
           __m256 k = block.load(col, half);
           SPECDEC_IN_REGISTER(k);  // widened once for all rows
           SPECDEC_UNROLL for (int h = 0; h < H; ++h)
             acc[h][m] = _mm256_fmadd_ps(_mm256_set1_ps(q[h][col]), k, acc[h][m]);
         }
-      SPECDEC_UNROLL for (int h = 0; h < H; ++h) store_scores_avx2(a, r0 + h, b, half, acc[h], scale);
+      SPECDEC_UNROLL for (int h = 0; h < H; ++h) store_scores_avx2(a, r0 + std::size_t(h), b, half, acc[h], scale);
     }
   }
 }
@@ -142,7 +146,7 @@ void group_values_avx2(const AttentionGroup<T>& a, std::size_t r0, std::size_t c
   SPECDEC_UNROLL for (int h = 0; h < H; ++h)
     SPECDEC_UNROLL for (int i = 0; i < V; ++i) acc[h][i] = _mm256_setzero_ps();
   const float* p[H];
-  SPECDEC_UNROLL for (int h = 0; h < H; ++h) p[h] = a.score_row(r0 + h);
+  SPECDEC_UNROLL for (int h = 0; h < H; ++h) p[h] = a.score_row(r0 + std::size_t(h));
   for (std::size_t j = 0; j < a.row_keys(r0); ++j) {
     const T* row = a.values + j * a.d + c0;
     __m256 w[H];
@@ -154,8 +158,8 @@ void group_values_avx2(const AttentionGroup<T>& a, std::size_t r0, std::size_t c
     }
   }
   SPECDEC_UNROLL for (int h = 0; h < H; ++h) {
-    float* out = a.out_row(r0 + h) + c0;
-    const __m256 inv = _mm256_set1_ps(inverse[r0 + h]);
+    float* out = a.out_row(r0 + std::size_t(h)) + c0;
+    const __m256 inv = _mm256_set1_ps(inverse[r0 + std::size_t(h)]);
     SPECDEC_UNROLL for (int i = 0; i < V; ++i) _mm256_storeu_ps(out + 8 * i, _mm256_mul_ps(acc[h][i], inv));
   }
 }
@@ -176,5 +180,7 @@ void for_head_passes_avx2(std::size_t heads, std::size_t positions, Fn&& fn) {
     }
 }
 #endif
+
+SPECDEC_SIGN_WARNINGS_ON
 
 }  // namespace specdec::llama::detail

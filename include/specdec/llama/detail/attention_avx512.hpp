@@ -12,6 +12,8 @@
 
 namespace specdec::llama::detail {
 
+SPECDEC_SIGN_WARNINGS_OFF  // the register tiles' bounds (see quiet_warnings.hpp)
+
 SPECDEC_AVX512_WARNINGS_OFF
 
 #if defined(__AVX512F__)
@@ -38,9 +40,10 @@ void group_scores_avx512(const AttentionGroup<T>& a, std::size_t r0) {
   // the time and the attention stage 0.96x (5 positions: 0.999x, 0.97x; 1: no change), alternating call by call.
   alignas(64) float qs[max_head_dim * rows_per_pass];
   SPECDEC_UNROLL for (int h = 0; h < H; ++h) {
-    const float* q = a.q_row(r0 + h);
+    const float* q = a.q_row(r0 + std::size_t(h));
     for (std::size_t c = 0; c < part; ++c)
-      SPECDEC_UNROLL for (int m = 0; m < 4; ++m) qs[(c * 4 + m) * H + h] = q[m * part + c];
+      SPECDEC_UNROLL for (int m = 0; m < 4; ++m)
+        qs[(c * 4 + std::size_t(m)) * H + std::size_t(h)] = q[std::size_t(m) * part + c];
   }
   const __m512 scale = _mm512_set1_ps(a.scale);
   for (std::size_t b = 0; b < blocks; ++b) {
@@ -51,8 +54,8 @@ void group_scores_avx512(const AttentionGroup<T>& a, std::size_t r0) {
     const T* next = b + 1 < blocks ? block + a.d * key_block : block;
     __m512 acc[H][4];
     SPECDEC_UNROLL for (int m = 0; m < 4; ++m) {
-      _mm_prefetch(reinterpret_cast<const char*>(next + m * part * key_block), _MM_HINT_T1);
-      const __m512 k = load16(block + m * part * key_block);
+      _mm_prefetch(reinterpret_cast<const char*>(next + std::size_t(m) * part * key_block), _MM_HINT_T1);
+      const __m512 k = load16(block + std::size_t(m) * part * key_block);
       SPECDEC_UNROLL for (int h = 0; h < H; ++h) acc[h][m] = _mm512_mul_ps(_mm512_set1_ps(qs[m * H + h]), k);
     }
     // The values of this block's keys (16 rows, d cache lines in float) are asked into L2 a line per column, so
@@ -63,9 +66,9 @@ void group_scores_avx512(const AttentionGroup<T>& a, std::size_t r0) {
     for (std::size_t c = 1; c < part; ++c) {
       const float* qc = qs + c * 4 * H;
       SPECDEC_UNROLL for (int m = 0; m < 4; ++m) {
-        const std::size_t col = m * part + c;
+        const std::size_t col = std::size_t(m) * part + c;
         _mm_prefetch(reinterpret_cast<const char*>(next + col * key_block), _MM_HINT_T1);
-        _mm_prefetch(reinterpret_cast<const char*>(values + (c * 4 + m) * 64), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(values + (c * 4 + std::size_t(m)) * 64), _MM_HINT_T1);
         __m512 k = load16(block + col * key_block);
         SPECDEC_IN_REGISTER(k);  // one load for all rows, the query values broadcast from memory
         SPECDEC_UNROLL for (int h = 0; h < H; ++h)
@@ -76,7 +79,7 @@ void group_scores_avx512(const AttentionGroup<T>& a, std::size_t r0) {
       __m512 total = _mm512_add_ps(_mm512_add_ps(acc[h][0], acc[h][1]), _mm512_add_ps(acc[h][2], acc[h][3]));
       // The last block's scales past the keys may be stale or unset: those scores are never read.
       if constexpr (AttentionGroup<T>::scaled) total = _mm512_mul_ps(total, _mm512_loadu_ps(a.key_scales + b * key_block));
-      _mm512_storeu_ps(a.score_row(r0 + h) + b * key_block, _mm512_mul_ps(total, scale));
+      _mm512_storeu_ps(a.score_row(r0 + std::size_t(h)) + b * key_block, _mm512_mul_ps(total, scale));
     }
   }
 }
@@ -90,7 +93,8 @@ void group_values_avx512(const AttentionGroup<T>& a, std::size_t r0, std::size_t
     SPECDEC_UNROLL for (int v = 0; v < 4; ++v) acc[h][v] = _mm512_setzero_ps();
   const float* p[H];
   std::size_t keys[H];
-  SPECDEC_UNROLL for (int h = 0; h < H; ++h) p[h] = a.score_row(r0 + h), keys[h] = a.row_keys(r0 + h);
+  SPECDEC_UNROLL for (int h = 0; h < H; ++h)
+    p[h] = a.score_row(r0 + std::size_t(h)), keys[h] = a.row_keys(r0 + std::size_t(h));
   const auto step = [&](std::size_t j, auto&& takes_part) {
     const T* row = a.values + j * a.d + c0;
     __m512 v[4];
@@ -108,8 +112,8 @@ void group_values_avx512(const AttentionGroup<T>& a, std::size_t r0, std::size_t
   for (; j < keys[0]; ++j) step(j, [](int) { return true; });
   for (; j < keys[H - 1]; ++j) step(j, [&](int h) { return j < keys[h]; });
   SPECDEC_UNROLL for (int h = 0; h < H; ++h) {
-    float* out = a.out_row(r0 + h) + c0;
-    const __m512 inv = _mm512_set1_ps(inverse[r0 + h]);
+    float* out = a.out_row(r0 + std::size_t(h)) + c0;
+    const __m512 inv = _mm512_set1_ps(inverse[r0 + std::size_t(h)]);
     SPECDEC_UNROLL for (int i = 0; i < 4; ++i) _mm512_storeu_ps(out + 16 * i, _mm512_mul_ps(acc[h][i], inv));
   }
 }
@@ -147,5 +151,7 @@ struct ValueStep {
 #endif
 
 SPECDEC_AVX512_WARNINGS_ON
+
+SPECDEC_SIGN_WARNINGS_ON
 
 }  // namespace specdec::llama::detail

@@ -59,8 +59,10 @@ inline float exp_approx(float x) {
 /// exp_approx on 16 lanes, the same operations in the same order.
 inline __m512 exp16(__m512 x) {
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
+  SPECDEC_SIGN_WARNINGS_OFF  // unoptimised, GCC 12's _mm512_roundscale_ps is a macro (see quiet_warnings.hpp)
   const __m512 k = _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
                                         _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  SPECDEC_SIGN_WARNINGS_ON
   const __m512 neg_k = _mm512_sub_ps(_mm512_setzero_ps(), k);
   __m512 r = _mm512_fmadd_ps(neg_k, _mm512_set1_ps(0.693359375f), x);
   r = _mm512_fmadd_ps(neg_k, _mm512_set1_ps(-2.12194440e-4f), r);

@@ -112,11 +112,13 @@ inline void bpe_word(std::string_view word, const std::array<Token, 256>& byte_t
     if (const Token t = byte_tokens[static_cast<unsigned char>(word[0])]; t >= 0) out.push_back(t);
     return;
   }
-  auto& sym = buf.symbols;
   const auto n = static_cast<std::int32_t>(word.size());
-  sym.resize(word.size());
+  buf.symbols.resize(word.size());
+  // Symbols link to each other by int32 index, -1 for none: a pointer indexes them without a conversion.
+  BpeBuffers::Symbol* const sym = buf.symbols.data();
+  const char* const bytes = word.data();
   for (std::int32_t i = 0; i < n; ++i)
-    sym[i] = {byte_tokens[static_cast<unsigned char>(word[i])], i - 1, i + 1 < n ? i + 1 : -1};
+    sym[i] = {byte_tokens[static_cast<unsigned char>(bytes[i])], i - 1, i + 1 < n ? i + 1 : -1};
 
   const auto push_pair = [&](std::int32_t left) {
     if (left < 0) return;

@@ -1,7 +1,7 @@
 // specdec/llama/detail/compiler.hpp — compiler hints shared by the kernels (matmul*.hpp, attention*.hpp).
 #pragma once
 
-#include "specdec/detail/quiet_warnings.hpp"  // SPECDEC_AVX512_WARNINGS_OFF / _ON
+#include "specdec/detail/quiet_warnings.hpp"  // SPECDEC_AVX512_WARNINGS_OFF / _ON, SPECDEC_SIGN_WARNINGS_OFF / _ON
 
 #if defined(__GNUC__)
 #define SPECDEC_ALWAYS_INLINE inline __attribute__((always_inline))

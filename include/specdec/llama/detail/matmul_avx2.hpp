@@ -8,6 +8,8 @@
 
 namespace specdec::llama::detail {
 
+SPECDEC_SIGN_WARNINGS_OFF  // the register tiles' bounds (see quiet_warnings.hpp)
+
 #if defined(SPECDEC_HAVE_AVX2_FLOAT)
 // ---------------------------------------------------------------------------------------------------------
 // AVX2 path (CPUs without AVX-512): a panel's 16 rows are two 8-lane halves, each accumulator in the portable
@@ -76,11 +78,11 @@ SPECDEC_ALWAYS_INLINE void store_halves_avx2(const MatmulOutput& out, std::size_
   const std::size_t rows = out.weights->rows();
   SPECDEC_UNROLL for (int r = 0; r < R; ++r)
     SPECDEC_UNROLL for (int h = 0; h < H; ++h) {
-      const std::size_t row0 = (panel + r) * panel_rows + 8 * static_cast<std::size_t>(half + h);
+      const std::size_t row0 = (panel + std::size_t(r)) * panel_rows + 8 * static_cast<std::size_t>(half + h);
       if (row0 >= rows) continue;
       const std::size_t lanes = std::min<std::size_t>(8, rows - row0);
       SPECDEC_UNROLL for (int p = 0; p < P; ++p) {
-        float* y = out.y + p * out.y_stride + row0;
+        float* y = out.y + std::size_t(p) * out.y_stride + row0;
         if (lanes == 8) {
           __m256 v = acc[r][h][p];
           if (out.accumulate) v = _mm256_add_ps(_mm256_loadu_ps(y), v);
@@ -105,7 +107,7 @@ void panel_kernel_avx2(const MatmulOutput& out, std::size_t panel, std::size_t l
                        std::size_t stride) {
   const PackedMatrix& w = *out.weights;
   const std::byte* panels[R];
-  SPECDEC_UNROLL for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + r);
+  SPECDEC_UNROLL for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + std::size_t(r));
   // The request: f32 the next step's R panels, with the hint requests_into_l2 picks, and never past its run;
   // bf16 the panels step_panels ahead, into L2.
   constexpr bool f32 = std::is_same_v<Visitor, VisitF32Avx2>;
@@ -186,5 +188,7 @@ void matmul_panels_avx2(const MatmulOutput& out, std::size_t first, std::size_t 
   }
 }
 #endif  // SPECDEC_HAVE_AVX2_FLOAT
+
+SPECDEC_SIGN_WARNINGS_ON
 
 }  // namespace specdec::llama::detail

@@ -8,6 +8,8 @@
 
 namespace specdec::llama::detail {
 
+SPECDEC_SIGN_WARNINGS_OFF  // the register tiles' bounds (see quiet_warnings.hpp)
+
 #if defined(__AVX512F__)
 SPECDEC_AVX512_WARNINGS_OFF
 // ---------------------------------------------------------------------------------------------------------
@@ -106,11 +108,11 @@ template <int R, int P>
 SPECDEC_ALWAYS_INLINE void store_panels(const MatmulOutput& out, std::size_t panel, const __m512 (&acc)[R][P]) {
   const PackedMatrix& w = *out.weights;
   SPECDEC_UNROLL for (int r = 0; r < R; ++r) {
-    const std::size_t row0 = (panel + r) * panel_rows;
+    const std::size_t row0 = (panel + std::size_t(r)) * panel_rows;
     const std::size_t lanes = std::min(panel_rows, w.rows() - row0);
     const __mmask16 mask = lanes == panel_rows ? __mmask16(0xFFFF) : __mmask16((1u << lanes) - 1);
     SPECDEC_UNROLL for (int p = 0; p < P; ++p) {
-      float* y = out.y + p * out.y_stride + row0;
+      float* y = out.y + std::size_t(p) * out.y_stride + row0;
       __m512 v = acc[r][p];
       if (out.accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y), v);
       _mm512_mask_storeu_ps(y, mask, v);
@@ -126,7 +128,7 @@ template <class Visitor, int R, int P>
 void panel_kernel(const MatmulOutput& out, std::size_t panel, std::size_t last, const float* xt) {
   const PackedMatrix& w = *out.weights;
   const std::byte* panels[R];
-  SPECDEC_UNROLL for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + r);
+  SPECDEC_UNROLL for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + std::size_t(r));
   __m512 acc[R][P];
   SPECDEC_UNROLL for (int r = 0; r < R; ++r)
     SPECDEC_UNROLL for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
@@ -134,7 +136,7 @@ void panel_kernel(const MatmulOutput& out, std::size_t panel, std::size_t last, 
   const std::size_t pair_stride = bf16_pair_stride(w.encoding());
   const auto multiply = [&](const __m512* wv, std::size_t k) SPECDEC_ALWAYS_INLINE_LAMBDA {
     SPECDEC_UNROLL for (int p = 0; p < P; ++p) {
-      const __m512 xv = _mm512_set1_ps(xt[k * P + p]);
+      const __m512 xv = _mm512_set1_ps(xt[k * P + std::size_t(p)]);
       SPECDEC_UNROLL for (int r = 0; r < R; ++r) acc[r][p] = _mm512_fmadd_ps(wv[r], xv, acc[r][p]);
     }
   };
@@ -155,7 +157,7 @@ void panel_kernel_dot(const MatmulOutput& out, std::size_t panel, std::size_t la
   const PackedMatrix& w = *out.weights;
   const auto* xt = reinterpret_cast<const std::int32_t*>(xt_bits);
   const std::byte* panels[R];
-  SPECDEC_UNROLL for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + r);
+  SPECDEC_UNROLL for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + std::size_t(r));
   __m512 acc[R][P];
   SPECDEC_UNROLL for (int r = 0; r < R; ++r)
     SPECDEC_UNROLL for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
@@ -165,9 +167,10 @@ void panel_kernel_dot(const MatmulOutput& out, std::size_t panel, std::size_t la
   for (std::size_t kp = 0; kp < pairs; ++kp) {
     if (ahead) prefetch_ahead<R>(panels, ahead, kp * panel_rows * 4);
     __m512bh wv[R];
-    SPECDEC_UNROLL for (int r = 0; r < R; ++r) wv[r] = (__m512bh)_mm512_loadu_si512(panels[r] + kp * panel_rows * 4);
+    SPECDEC_UNROLL for (int r = 0; r < R; ++r)
+      wv[r] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(panels[r] + kp * panel_rows * 4));
     SPECDEC_UNROLL for (int p = 0; p < P; ++p) {
-      const __m512bh xv = (__m512bh)_mm512_set1_epi32(xt[kp * P + p]);
+      const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_set1_epi32(xt[kp * P + std::size_t(p)]));
       SPECDEC_UNROLL for (int r = 0; r < R; ++r) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], wv[r], xv);
     }
   }
@@ -232,5 +235,7 @@ void matmul_panels_avx512(const MatmulOutput& out, std::size_t first, std::size_
 
 SPECDEC_AVX512_WARNINGS_ON
 #endif  // __AVX512F__
+
+SPECDEC_SIGN_WARNINGS_ON
 
 }  // namespace specdec::llama::detail

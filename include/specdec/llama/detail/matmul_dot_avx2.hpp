@@ -9,6 +9,8 @@
 
 namespace specdec::llama::detail {
 
+SPECDEC_SIGN_WARNINGS_OFF  // the register tiles' bounds (see quiet_warnings.hpp)
+
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !defined(__AVX512VNNI__)
 // ---------------------------------------------------------------------------------------------------------
 // AVX2 kernels of the block encodings, for CPUs without AVX-512 VNNI: the same exact integer sums and the same
@@ -81,7 +83,7 @@ void halves_kernel_qdot_avx2(const MatmulOutput& out, std::size_t panel, int fir
       // Σ_g nibbles[g]·(digit t's bytes 4g..4g+3 of position p), 16 bits per pair of columns, as 32-bit row sums
       const auto nibble_dot = [&](const __m256i* nib, int groups, int first_group, int p,
                                   int t) SPECDEC_ALWAYS_INLINE_LAMBDA {
-        const std::byte* e = xb + p * entry + 32 * t;
+        const std::byte* e = xb + std::size_t(p) * entry + 32 * t;
         __m256i s16 = _mm256_setzero_si256();
         SPECDEC_UNROLL for (int g = 0; g < groups; ++g) {
           const __m256i x = _mm256_set1_epi32(gguf::detail::load_i32(e + 4 * (first_group + g)));
@@ -97,7 +99,7 @@ void halves_kernel_qdot_avx2(const MatmulOutput& out, std::size_t panel, int fir
           const __m256i q = _mm256_xor_si256(stored, flip);  // q + 128 -> q
           const __m256i magnitude = _mm256_abs_epi8(q);      // as unsigned bytes: |−128| = 128
           SPECDEC_UNROLL for (int p = 0; p < P; ++p) {
-            const __m256i x = _mm256_set1_epi32(gguf::detail::load_i32(xb + p * entry + 4 * g));
+            const __m256i x = _mm256_set1_epi32(gguf::detail::load_i32(xb + std::size_t(p) * entry + 4 * g));
             const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(x, q));
             sums[p][0] = _mm256_add_epi32(sums[p][0], _mm256_madd_epi16(pairs, ones));
           }
@@ -132,7 +134,7 @@ void halves_kernel_qdot_avx2(const MatmulOutput& out, std::size_t panel, int fir
       const __m256 d = load_f16x8(block + scales);
       const __m256 m = has_min ? load_f16x8(block + 2 * panel_rows + scales) : _mm256_setzero_ps();
       SPECDEC_UNROLL for (int p = 0; p < P; ++p) {
-        const std::byte* e = xb + p * entry;
+        const std::byte* e = xb + std::size_t(p) * entry;
         std::int32_t digit_sums[Digits];
         float scale, mx;  // one digit: dx and dx·Σxq; three: 2^-s and float(ΣX)·2^-s
         std::memcpy(digit_sums, e + (Digits == 1 ? 40 : 96), sizeof digit_sums);
@@ -159,7 +161,7 @@ void halves_kernel_qdot_avx2(const MatmulOutput& out, std::size_t panel, int fir
     SPECDEC_UNROLL for (int p = 0; p < P; ++p) {
       float v[8];
       _mm256_storeu_ps(v, accs[h][p]);
-      float* y = out.y + p * out.y_stride + row0;
+      float* y = out.y + std::size_t(p) * out.y_stride + row0;
       for (std::size_t l = 0; l < lanes; ++l) y[l] = out.accumulate ? y[l] + v[l] : v[l];
     }
   }
@@ -205,5 +207,7 @@ void matmul_panels_dot_avx2(const MatmulOutput& out, std::size_t first, std::siz
   run_dot_kernels(kernels, out, first, last, positions, xq, Digits);
 }
 #endif  // AVX2 without AVX-512 VNNI
+
+SPECDEC_SIGN_WARNINGS_ON
 
 }  // namespace specdec::llama::detail

@@ -10,6 +10,8 @@
 
 namespace specdec::llama::detail {
 
+SPECDEC_SIGN_WARNINGS_OFF  // the register tiles' bounds (see quiet_warnings.hpp)
+
 #if defined(__AVX512VNNI__)
 SPECDEC_AVX512_WARNINGS_OFF
 /// How the AVX-512 dot kernel issues a block's integer dot products for P positions with Digits-digit inputs:
@@ -45,7 +47,7 @@ void panel_kernel_qdot(const MatmulOutput& out, std::size_t panel, const std::by
   constexpr int G = DotSchedule<Digits, P>::group, C = DotSchedule<Digits, P>::chains;
   const PackedMatrix& w = *out.weights;
   const std::byte* panels[R];
-  SPECDEC_UNROLL for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + r);
+  SPECDEC_UNROLL for (int r = 0; r < R; ++r) panels[r] = w.panel(panel + std::size_t(r));
   __m512 acc[R][P];
   SPECDEC_UNROLL for (int r = 0; r < R; ++r)
     SPECDEC_UNROLL for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
@@ -94,7 +96,7 @@ void panel_kernel_qdot(const MatmulOutput& out, std::size_t panel, const std::by
       SPECDEC_UNROLL for (int i = 0; i < G; ++i) {
         if (p0 + i >= P) break;
         std::int32_t sums[Digits];
-        std::memcpy(sums, xb + (p0 + i) * entry + (Digits == 1 ? 40 : 96), sizeof sums);
+        std::memcpy(sums, xb + std::size_t(p0 + i) * entry + (Digits == 1 ? 40 : 96), sizeof sums);
         SPECDEC_UNROLL for (int r = 0; r < R; ++r)
           SPECDEC_UNROLL for (int t = 0; t < Digits; ++t) {
             s[r][i][t][0] = _mm512_set1_epi32(-offset * sums[t]);
@@ -106,14 +108,15 @@ void panel_kernel_qdot(const MatmulOutput& out, std::size_t panel, const std::by
         SPECDEC_UNROLL for (int t = 0; t < Digits; ++t)
           SPECDEC_UNROLL for (int i = 0; i < G; ++i) {
             if (p0 + i >= P) break;
-            const __m512i word = _mm512_set1_epi32(gguf::detail::load_i32(xb + (p0 + i) * entry + 32 * t + 4 * g));
+            const __m512i word =
+                _mm512_set1_epi32(gguf::detail::load_i32(xb + std::size_t(p0 + i) * entry + 32 * t + 4 * g));
             SPECDEC_UNROLL for (int r = 0; r < R; ++r)
               s[r][i][t][g % C] = _mm512_dpbusd_epi32(s[r][i][t][g % C], q[r][g], word);
           }
       SPECDEC_UNROLL for (int i = 0; i < G; ++i) {
         if (p0 + i >= P) break;
         const int p = p0 + i;
-        const std::byte* e = xb + p * entry;
+        const std::byte* e = xb + std::size_t(p) * entry;
         float scale, mx;
         std::memcpy(&scale, e + (Digits == 1 ? 32 : 108), 4);
         std::memcpy(&mx, e + (Digits == 1 ? 36 : 112), 4);
@@ -170,5 +173,7 @@ void matmul_panels_dot_avx512(const MatmulOutput& out, std::size_t first, std::s
 }
 SPECDEC_AVX512_WARNINGS_ON
 #endif  // __AVX512VNNI__
+
+SPECDEC_SIGN_WARNINGS_ON
 
 }  // namespace specdec::llama::detail

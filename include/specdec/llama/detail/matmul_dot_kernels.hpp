@@ -236,7 +236,7 @@ inline void quantize_block_wide_portable(const float* xb, std::byte* e) {
     std::int32_t digit[3];
     split_digits(X, digit);
     SPECDEC_UNROLL for (int i = 0; i < 3; ++i) {
-      e[32 * i + j] = static_cast<std::byte>(static_cast<std::int8_t>(digit[i]));
+      e[std::size_t(32 * i) + j] = static_cast<std::byte>(static_cast<std::int8_t>(digit[i]));
       sums[i] += digit[i];
     }
   }

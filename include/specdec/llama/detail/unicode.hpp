@@ -115,7 +115,7 @@ inline CharClass classify(char32_t cp) {
 inline constexpr std::array<char32_t, 256> byte_to_codepoint = [] {
   std::array<char32_t, 256> map{};
   char32_t next = 0x100;
-  for (int b = 0; b < 256; ++b) {
+  for (std::size_t b = 0; b < 256; ++b) {
     const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
     map[b] = printable ? static_cast<char32_t>(b) : next++;
   }
@@ -127,7 +127,7 @@ inline constexpr std::array<char32_t, 256> byte_to_codepoint = [] {
 inline std::string alphabet_to_bytes(std::string_view text) {
   static constexpr auto inverse = [] {
     std::array<std::uint8_t, 0x144> map{};
-    for (int b = 0; b < 256; ++b) map[byte_to_codepoint[b]] = static_cast<std::uint8_t>(b);
+    for (std::size_t b = 0; b < 256; ++b) map[byte_to_codepoint[b]] = static_cast<std::uint8_t>(b);
     return map;
   }();
   std::string bytes;
