@@ -1,6 +1,6 @@
 // A separate project using the installed specdec package: the core on toy models (run), and the reference
-// model's API (compiled; run only when given a GGUF file). Built with -Wall -Wextra -Werror (and -march=native
-// where the compiler has it), so that a user's strict warnings find nothing in specdec's headers.
+// model's API (compiled; run only when given a GGUF file). Built with a demanding user's warnings and -Werror (and
+// -march=native where the compiler has it), so that such a user's build finds nothing in specdec's headers.
 #include <iostream>
 #include <specdec/llama/llama.hpp>
 #include <specdec/specdec.hpp>
